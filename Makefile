@@ -1,0 +1,47 @@
+# Holdpoint. `make run` and `make test` work on a fresh machine with only Python 3.11+.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: run test lint fmt migrate sweep worker web clean browser-deps
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+## Set everything up and start the dashboard with workers and demo agents in one process.
+run: $(STAMP)
+	$(PY) manage.py migrate --noinput
+	$(PY) -m daphne -b $(HOST) -p $(PORT) config.asgi:application
+
+## The whole test suite (SQLite unless DATABASE_URL is set; CI sets it).
+test: $(STAMP) browser-deps
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+browser-deps:
+	@bash scripts/ensure-chromium
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy runs ledger runtime config
+
+fmt: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+migrate: $(STAMP)
+	$(PY) manage.py migrate --noinput
+
+sweep: $(STAMP)
+	$(PY) manage.py sweep
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,10 @@
+"""URL wiring only: each app owns its own routes."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import path
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+]

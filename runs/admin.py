@@ -1,0 +1,105 @@
+"""The admin shows every model; history (attempts, checkpoints, requests, events) is read-only.
+
+Run state changes only through ``runs.services``, so runs are read-only here too:
+the admin is for looking, the dashboard and the API are for acting.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from runs.models import Attempt, Checkpoint, DeclaredAgent, InputRequest, Run, RunEvent
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class AttemptInline(admin.TabularInline):
+    model = Attempt
+    extra = 0
+    can_delete = False
+    fields = [
+        "number",
+        "status",
+        "reason",
+        "worker_id",
+        "lease_epoch",
+        "error_class",
+        "error_message",
+    ]
+    readonly_fields = fields
+    show_change_link = True
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Run)
+class RunAdmin(ReadOnlyAdmin):
+    list_display = [
+        "id",
+        "agent",
+        "status",
+        "failure_class",
+        "cancel_epoch",
+        "lease_epoch",
+        "created_at",
+    ]
+    list_filter = ["status", "agent", "failure_class"]
+    search_fields = ["id", "agent"]
+    inlines = [AttemptInline]
+
+
+@admin.register(Attempt)
+class AttemptAdmin(ReadOnlyAdmin):
+    list_display = [
+        "id",
+        "run",
+        "number",
+        "status",
+        "reason",
+        "worker_id",
+        "lease_epoch",
+        "error_class",
+    ]
+    list_filter = ["status", "reason", "error_class"]
+    search_fields = ["id", "run__id", "worker_id"]
+
+
+@admin.register(Checkpoint)
+class CheckpointAdmin(ReadOnlyAdmin):
+    list_display = ["id", "run", "number", "step", "created_at"]
+    search_fields = ["id", "run__id", "step"]
+
+
+@admin.register(InputRequest)
+class InputRequestAdmin(ReadOnlyAdmin):
+    list_display = ["id", "run", "kind", "status", "expires_at", "answered_by", "answered_at"]
+    list_filter = ["kind", "status"]
+    search_fields = ["id", "run__id", "prompt"]
+
+
+@admin.register(RunEvent)
+class RunEventAdmin(ReadOnlyAdmin):
+    list_display = ["run", "seq", "type", "actor", "created_at"]
+    list_filter = ["type"]
+    search_fields = ["run__id", "type", "actor"]
+
+
+@admin.register(DeclaredAgent)
+class DeclaredAgentAdmin(admin.ModelAdmin):
+    """Agents served by HTTP workers are declared here (or with ``manage.py agent declare``)."""
+
+    list_display = ["name", "description", "created_at"]
+    search_fields = ["name"]

@@ -1,0 +1,127 @@
+"""What the run store knows about agents: names, input schemas and retry policies.
+
+Python agents are registered here by ``runtime`` at start-up (dependencies point
+``runtime -> runs``); agents served by HTTP workers in other languages are
+``DeclaredAgent`` rows. ``agent_spec(name)`` finds either.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from runs.errors import HoldpointError
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How failures of an agent's attempts are retried automatically."""
+
+    max_attempts: int = 5
+    backoff_initial: float = 1.0
+    backoff_multiplier: float = 2.0
+    backoff_max: float = 300.0
+    # Full jitter on this fraction of the delay, so a crowd of failures does not retry in step.
+    jitter: float = 0.2
+    non_retryable: tuple[str, ...] = ()
+    repeated_error_threshold: int = 3
+    cost_budget: float | None = None
+    max_lease_losses: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        if self.repeated_error_threshold < 2:
+            raise ValueError("repeated_error_threshold must be at least 2")
+        if not 0 <= self.jitter <= 1:
+            raise ValueError("jitter must be between 0 and 1")
+        if self.backoff_initial < 0 or self.backoff_max < 0 or self.backoff_multiplier < 1:
+            raise ValueError("backoff must be non-negative and the multiplier at least 1")
+
+    def backoff_seconds(self, failures: int, rng: random.Random | None = None) -> float:
+        """Delay before the attempt that follows the ``failures``-th failure in a row."""
+        base = min(
+            self.backoff_max,
+            self.backoff_initial * self.backoff_multiplier ** max(0, failures - 1),
+        )
+        spread = base * self.jitter
+        return max(0.0, base - spread + (rng or random).random() * spread)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RetryPolicy:
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown retry policy fields: {', '.join(sorted(unknown))}")
+        values = dict(data)
+        if "non_retryable" in values:
+            values["non_retryable"] = tuple(values["non_retryable"])
+        return cls(**values)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "max_attempts": self.max_attempts,
+            "backoff_initial": self.backoff_initial,
+            "backoff_multiplier": self.backoff_multiplier,
+            "backoff_max": self.backoff_max,
+            "jitter": self.jitter,
+            "non_retryable": list(self.non_retryable),
+            "repeated_error_threshold": self.repeated_error_threshold,
+            "cost_budget": self.cost_budget,
+            "max_lease_losses": self.max_lease_losses,
+        }
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    name: str
+    input_schema: dict[str, Any] = field(default_factory=dict)
+    retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
+    tools: tuple[str, ...] = ()
+    description: str = ""
+    source: str = "python"
+
+
+_registry: dict[str, AgentSpec] = {}
+
+
+def register_agent_spec(spec: AgentSpec) -> None:
+    _registry[spec.name] = spec
+
+
+def unregister_agent_spec(name: str) -> None:
+    _registry.pop(name, None)
+
+
+def python_agent_specs() -> list[AgentSpec]:
+    return sorted(_registry.values(), key=lambda s: s.name)
+
+
+def agent_spec(name: str) -> AgentSpec:
+    """Return the spec of a registered or declared agent, or raise ``unknown_agent``."""
+    spec = _registry.get(name)
+    if spec is not None:
+        return spec
+    from runs.models import DeclaredAgent
+
+    declared = DeclaredAgent.objects.filter(name=name).first()
+    if declared is None:
+        raise HoldpointError("unknown_agent", f"There is no agent named {name!r}.", agent=name)
+    return AgentSpec(
+        name=declared.name,
+        input_schema=declared.input_schema or {},
+        retry_policy=RetryPolicy.from_dict(declared.retry_policy or {}),
+        tools=tuple(declared.tools or ()),
+        description=declared.description,
+        source="declared",
+    )
+
+
+def all_agent_specs() -> list[AgentSpec]:
+    from runs.models import DeclaredAgent
+
+    specs = {s.name: s for s in python_agent_specs()}
+    for declared in DeclaredAgent.objects.order_by("name"):
+        specs.setdefault(declared.name, agent_spec(declared.name))
+    return sorted(specs.values(), key=lambda s: s.name)

@@ -1,0 +1,241 @@
+"""The run store. Only ``runs.services`` writes these rows.
+
+All writes that concern one run happen under a row lock on that ``Run``
+(``select_for_update``): the run row is *the* lock for its attempts, checkpoints,
+requests and events, so there is one lock order and no deadlock between them.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from runs.ids import new_attempt_id, new_checkpoint_id, new_request_id, new_run_id
+from runs.states import (
+    AttemptReason,
+    AttemptStatus,
+    FailureClass,
+    RequestKind,
+    RequestStatus,
+    RunStatus,
+)
+
+
+class DeclaredAgent(models.Model):
+    """An agent served by an HTTP worker (any language), declared by name.
+
+    Python agents live in the in-process registry; both are accepted by ``run_start``.
+    """
+
+    name = models.SlugField(max_length=100, primary_key=True)
+    description = models.TextField(blank=True)
+    input_schema = models.JSONField(default=dict, blank=True)
+    retry_policy = models.JSONField(default=dict, blank=True)
+    tools = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Run(models.Model):
+    id = models.CharField(primary_key=True, max_length=40, default=new_run_id, editable=False)
+    agent = models.CharField(max_length=100)
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    failure_class = models.CharField(max_length=30, choices=FailureClass.choices, blank=True)
+    failure_detail = models.TextField(blank=True)
+    input = models.JSONField(default=dict, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    # Steps whose approval was given when the run was started (DESIGN 11: approval before the
+    # irreversible, "unless the agent was started with that approval given").
+    approvals = models.JSONField(default=list, blank=True)
+    cancel_epoch = models.PositiveIntegerField(default=0)
+    lease_epoch = models.PositiveIntegerField(default=0)
+    # The seq of the newest RunEvent; the next event takes seq + 1 under the run lock.
+    last_event_seq = models.PositiveIntegerField(default=0)
+    current_attempt = models.ForeignKey(
+        "Attempt", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    latest_checkpoint = models.ForeignKey(
+        "Checkpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    pending_request = models.ForeignKey(
+        "InputRequest", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # When the current attempt may be claimed (backoff); claims read it through the index below.
+    not_before = models.DateTimeField(null=True, blank=True)
+    cancel_reason = models.TextField(blank=True)
+    cost = models.DecimalField(max_digits=14, decimal_places=6, default=Decimal("0"))
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        permissions = [
+            ("answer_run", "Can answer input requests"),
+            ("approve_run", "Can approve or deny risky actions"),
+            ("cancel_run", "Can cancel runs"),
+            ("retry_run", "Can retry runs"),
+            ("start_run", "Can start runs"),
+        ]
+        indexes = [
+            # Serves attempt_claim: WHERE status IN ('queued','waiting') AND not_before <= now
+            # ORDER BY not_before ... FOR UPDATE SKIP LOCKED. Partial, so it holds only work.
+            models.Index(
+                fields=["not_before"],
+                name="run_claimable_idx",
+                condition=Q(status__in=[RunStatus.QUEUED, RunStatus.WAITING]),
+            ),
+            # Serves the runs list: filter by status, newest first.
+            models.Index(fields=["status", "-created_at"], name="run_status_created_idx"),
+            models.Index(fields=["agent", "-created_at"], name="run_agent_created_idx"),
+            models.Index(fields=["-created_at"], name="run_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class Checkpoint(models.Model):
+    """An immutable snapshot of agent state at a step boundary, naming the next step."""
+
+    id = models.CharField(
+        primary_key=True, max_length=40, default=new_checkpoint_id, editable=False
+    )
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    attempt = models.ForeignKey("Attempt", on_delete=models.CASCADE, related_name="checkpoints")
+    number = models.PositiveIntegerField()
+    step = models.CharField(max_length=100)
+    state = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "number"], name="checkpoint_run_number_uniq")
+        ]
+        ordering = ["run", "number"]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class Attempt(models.Model):
+    id = models.CharField(primary_key=True, max_length=40, default=new_attempt_id, editable=False)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    status = models.CharField(
+        max_length=20, choices=AttemptStatus.choices, default=AttemptStatus.QUEUED
+    )
+    reason = models.CharField(max_length=20, choices=AttemptReason.choices)
+    resume_from = models.ForeignKey(
+        Checkpoint, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # The answered request that this attempt continues from (resume), handed to the worker.
+    resume_request = models.ForeignKey(
+        "InputRequest", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    worker_id = models.CharField(max_length=200, blank=True)
+    lease_epoch = models.PositiveIntegerField(null=True, blank=True)
+    cancel_epoch = models.PositiveIntegerField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    error_class = models.CharField(max_length=30, choices=FailureClass.choices, blank=True)
+    error_type = models.CharField(max_length=200, blank=True)
+    error_message = models.TextField(blank=True)
+    error_step = models.CharField(max_length=100, blank=True)
+    error_fingerprint = models.CharField(max_length=64, blank=True)
+    cost = models.DecimalField(max_digits=14, decimal_places=6, default=Decimal("0"))
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "number"], name="attempt_run_number_uniq"),
+            # At most one live attempt per run, enforced by the database and not only by code.
+            models.UniqueConstraint(
+                fields=["run"],
+                condition=Q(status__in=[AttemptStatus.QUEUED, AttemptStatus.RUNNING]),
+                name="attempt_one_live_per_run",
+            ),
+        ]
+        indexes = [
+            # Serves leases_expire: WHERE status = 'running' AND lease_expires_at < now.
+            models.Index(
+                fields=["lease_expires_at"],
+                name="attempt_lease_expiry_idx",
+                condition=Q(status=AttemptStatus.RUNNING),
+            ),
+        ]
+        ordering = ["run", "number"]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class InputRequest(models.Model):
+    """A question or an approval asked at a hold point. The question never changes once asked."""
+
+    id = models.CharField(primary_key=True, max_length=40, default=new_request_id, editable=False)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="input_requests")
+    attempt = models.ForeignKey(Attempt, on_delete=models.CASCADE, related_name="input_requests")
+    checkpoint = models.ForeignKey(Checkpoint, on_delete=models.PROTECT, related_name="+")
+    kind = models.CharField(max_length=20, choices=RequestKind.choices)
+    step_id = models.CharField(max_length=100, blank=True)
+    reason = models.TextField(blank=True)
+    prompt = models.TextField()
+    accepted_schema = models.JSONField()
+    context = models.JSONField(default=dict, blank=True)
+    # For auth_required: what will be done (tool, target, planned change, reversibility).
+    action = models.JSONField(default=dict, blank=True)
+    expires_at = models.DateTimeField()
+    status = models.CharField(
+        max_length=20, choices=RequestStatus.choices, default=RequestStatus.PENDING
+    )
+    answer = models.JSONField(null=True, blank=True)
+    answered_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    answered_at = models.DateTimeField(null=True, blank=True)
+    # Why a request closed without an answer ("run cancelled", "expired").
+    closed_reason = models.CharField(max_length=200, blank=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            # Serves the inbox and requests_expire: WHERE status = 'pending' ORDER BY expires_at.
+            models.Index(
+                fields=["expires_at"],
+                name="request_pending_expiry_idx",
+                condition=Q(status=RequestStatus.PENDING),
+            ),
+            models.Index(fields=["status", "-answered_at"], name="request_status_answered_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class RunEvent(models.Model):
+    """Append-only history of a run: the timeline, the live push and the audit trail read it."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    type = models.CharField(max_length=60)
+    actor = models.CharField(max_length=200)
+    payload = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="event_run_seq_uniq")]
+        ordering = ["run", "seq"]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} {self.type}"

@@ -1,0 +1,53 @@
+"""The only writers of run state. See DESIGN.md sections 1-4."""
+
+from __future__ import annotations
+
+from runs.services.control import (
+    register_retry_guard,
+    retry_blockers,
+    run_cancel,
+    run_resume,
+    run_retry,
+)
+from runs.services.lifecycle import (
+    Heartbeat,
+    Lease,
+    attempt_claim,
+    attempt_complete,
+    attempt_fail,
+    attempt_heartbeat,
+    attempt_interrupt,
+    attempt_release,
+    checkpoint_save,
+    run_start,
+)
+from runs.services.sweeps import (
+    backoffs_due,
+    leases_expire,
+    register_sweep,
+    requests_expire,
+    sweep_all,
+)
+
+__all__ = [
+    "Heartbeat",
+    "Lease",
+    "attempt_claim",
+    "attempt_complete",
+    "attempt_fail",
+    "attempt_heartbeat",
+    "attempt_interrupt",
+    "attempt_release",
+    "backoffs_due",
+    "checkpoint_save",
+    "leases_expire",
+    "register_retry_guard",
+    "register_sweep",
+    "requests_expire",
+    "retry_blockers",
+    "run_cancel",
+    "run_resume",
+    "run_retry",
+    "run_start",
+    "sweep_all",
+]

@@ -1,0 +1,176 @@
+"""Shared pieces of the run services: the run lock, the fence, and new attempts."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+from runs.errors import HoldpointError
+from runs.events import append_event, notify_work
+from runs.models import Attempt, Checkpoint, InputRequest, Run
+from runs.states import AttemptStatus, RequestStatus
+
+UserLike = AbstractBaseUser | AnonymousUser | None
+
+
+def actor_for(user: UserLike, fallback: str = "system") -> str:
+    if user is not None and getattr(user, "is_authenticated", False):
+        return f"user:{user.get_username()}"
+    return fallback
+
+
+def lock_run(run_id: str) -> Run:
+    """Lock and return the run row; every change to a run and its children happens under it."""
+    run = Run.objects.select_for_update(of=("self",)).filter(pk=run_id).first()
+    if run is None:
+        raise HoldpointError("not_found", f"There is no run {run_id!r}.", run_id=run_id)
+    return run
+
+
+@dataclass(frozen=True)
+class Fenced:
+    run: Run
+    attempt: Attempt
+
+
+def lock_for_worker_write(
+    *, attempt_id: str, lease_epoch: int, cancel_epoch: int | None, now: Any
+) -> Fenced:
+    """Lock the run of ``attempt_id`` and apply the fence of DESIGN.md section 3.
+
+    ``cancel_epoch`` is checked before ``lease_epoch``: a worker whose run was
+    cancelled learns that, rather than the less useful "someone else has it".
+    ``cancel_epoch=None`` fences by lease only (heartbeat, release).
+    """
+    run_id = Attempt.objects.filter(pk=attempt_id).values_list("run_id", flat=True).first()
+    if run_id is None:
+        raise HoldpointError("not_found", f"There is no attempt {attempt_id!r}.")
+    run = lock_run(run_id)
+    attempt = Attempt.objects.get(pk=attempt_id)
+    if cancel_epoch is not None and run.cancel_epoch != cancel_epoch:
+        raise HoldpointError(
+            "stale_after_cancel",
+            "The run was cancelled after this worker claimed it; the write was not applied.",
+            run_cancel_epoch=run.cancel_epoch,
+            given_cancel_epoch=cancel_epoch,
+        )
+    if run.lease_epoch != lease_epoch or attempt.lease_epoch != lease_epoch:
+        raise HoldpointError(
+            "stale_worker",
+            "Another lease was granted after this one; the write was not applied.",
+            run_lease_epoch=run.lease_epoch,
+            given_lease_epoch=lease_epoch,
+        )
+    if attempt.status != AttemptStatus.RUNNING or run.current_attempt_id != attempt.id:
+        raise HoldpointError(
+            "stale_worker",
+            f"The attempt is {attempt.status}; it no longer holds a lease.",
+            attempt_status=attempt.status,
+        )
+    if attempt.lease_expires_at is not None and attempt.lease_expires_at <= now:
+        raise HoldpointError(
+            "stale_worker",
+            "The lease ran out before this write; another worker may take the attempt.",
+            lease_expires_at=attempt.lease_expires_at.isoformat(),
+        )
+    return Fenced(run=run, attempt=attempt)
+
+
+def queue_attempt(
+    run: Run,
+    *,
+    reason: str,
+    resume_from: Checkpoint | None,
+    not_before: Any,
+    resume_request: InputRequest | None = None,
+) -> Attempt:
+    """Create the run's next attempt, queued; the caller sets the run's status and saves it."""
+    number = (run.attempts.order_by("-number").values_list("number", flat=True).first() or 0) + 1
+    attempt = Attempt.objects.create(
+        run=run,
+        number=number,
+        status=AttemptStatus.QUEUED,
+        reason=reason,
+        resume_from=resume_from,
+        resume_request=resume_request,
+    )
+    run.current_attempt = attempt
+    run.not_before = not_before
+    notify_work(run.agent)
+    return attempt
+
+
+def close_pending_request(run: Run, *, status: str, reason: str, now: Any, actor: str) -> None:
+    """Close the run's open question without an answer, saying why (UX: "Closed: run cancelled")."""
+    if run.pending_request_id is None:
+        return
+    InputRequest.objects.filter(pk=run.pending_request_id, status=RequestStatus.PENDING).update(
+        status=status, closed_reason=reason, closed_at=now
+    )
+    append_event(
+        run,
+        "request.closed",
+        actor,
+        {"request_id": run.pending_request_id, "status": status, "reason": reason},
+    )
+    run.pending_request = None
+
+
+def lease_seconds_or_default(value: float | None) -> float:
+    if value is None:
+        return float(settings.HOLDPOINT_LEASE_SECONDS)
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise HoldpointError("invalid_input", "lease_seconds must be a number.") from None
+    if not 0.1 <= seconds <= 3600:
+        raise HoldpointError("invalid_input", "lease_seconds must be between 0.1 and 3600.")
+    return seconds
+
+
+def parse_cost(value: Any) -> Decimal | None:
+    if value is None:
+        return None
+    try:
+        cost = Decimal(str(value))
+    except InvalidOperation:
+        raise HoldpointError("invalid_input", "cost must be a number.") from None
+    if not cost.is_finite() or cost < 0 or cost > Decimal("1e8"):
+        raise HoldpointError("invalid_input", "cost must be a non-negative number below 1e8.")
+    return cost.quantize(Decimal("0.000001"))
+
+
+def set_attempt_cost(run: Run, attempt: Attempt, cost: Decimal | None) -> None:
+    """Record the attempt's total cost so far; the run's cost is the sum over its attempts."""
+    if cost is None or cost == attempt.cost:
+        return
+    run.cost = run.cost - attempt.cost + cost
+    attempt.cost = cost
+
+
+_NUMBER = re.compile(r"\b\d+(\.\d+)?\b")
+_HEX = re.compile(r"\b(0x)?[0-9a-f]{8,}\b")
+_UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
+_PUBLIC_ID = re.compile(r"\b(run|att|cp|req|op)_[0-9A-Za-z]{26}\b")
+_SPACE = re.compile(r"\s+")
+
+
+def normalise_message(message: str) -> str:
+    """Drop what varies between occurrences of the same error: ids, numbers, addresses."""
+    text = message.strip().lower()
+    text = _PUBLIC_ID.sub("<id>", text)
+    text = _UUID.sub("<uuid>", text)
+    text = _HEX.sub("<hex>", text)
+    text = _NUMBER.sub("<n>", text)
+    return _SPACE.sub(" ", text)[:500]
+
+
+def error_fingerprint(*, error_type: str, message: str, step: str) -> str:
+    raw = f"{error_type}\x00{normalise_message(message)}\x00{step}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]

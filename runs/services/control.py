@@ -1,0 +1,291 @@
+"""The control operations people and automation call: resume, cancel, retry.
+
+Each is a durable command: committed before anything else happens, so the user
+sees it accepted even when the worker that should react has crashed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from runs.agents import agent_spec
+from runs.clock import db_now
+from runs.errors import HoldpointError
+from runs.events import append_event, notify_cancel
+from runs.models import Attempt, Checkpoint, InputRequest, Run
+from runs.schemas import validate_value
+from runs.services._base import UserLike, actor_for, close_pending_request, lock_run, queue_attempt
+from runs.states import (
+    HOLDING,
+    TERMINAL,
+    AttemptReason,
+    AttemptStatus,
+    FailureClass,
+    RequestStatus,
+    RunStatus,
+    next_status,
+)
+
+# Checks other apps add to retry (the ledger refuses while side effects are unsettled).
+# Each returns None to allow or a sentence saying why not; runs never imports them.
+RetryGuard = Callable[[Run], "str | None"]
+_retry_guards: list[RetryGuard] = []
+
+
+def register_retry_guard(guard: RetryGuard) -> RetryGuard:
+    if guard not in _retry_guards:
+        _retry_guards.append(guard)
+    return guard
+
+
+def retry_blockers(run: Run) -> list[str]:
+    """Why ``run`` may not be retried now (empty when it may); the dashboard shows these."""
+    reasons: list[str] = []
+    if run.status not in (RunStatus.FAILED, RunStatus.CANCELLED):
+        reasons.append(f"Only a failed or cancelled run can be retried; this one is {run.status}.")
+    try:
+        agent_spec(run.agent)
+    except HoldpointError:
+        reasons.append(f"The agent {run.agent!r} is no longer registered.")
+    for guard in _retry_guards:
+        why = guard(run)
+        if why:
+            reasons.append(why)
+    return reasons
+
+
+def _answered_detail(request: InputRequest) -> dict[str, Any]:
+    who = request.answered_by.get_username() if request.answered_by else None
+    return {
+        "request_id": request.id,
+        "request_status": request.status,
+        "answered_by": who,
+        "answered_at": request.answered_at.isoformat() if request.answered_at else None,
+    }
+
+
+@transaction.atomic(durable=True)
+def run_resume(
+    *,
+    run_id: str,
+    request_id: str,
+    checkpoint_id: str,
+    value: Any,
+    user: UserLike = None,
+    actor: str | None = None,
+) -> Run:
+    """Answer the question that was asked, on the state it was asked on (compare-and-set).
+
+    A stale caller (the request answered, expired, closed, or the run moved on) gets
+    a 409 that names who answered and when; nothing is re-run silently.
+    """
+    # The run lock makes the compare-and-set atomic: two resumes of one request
+    # serialise here and the second sees the first one's answer.
+    run = lock_run(run_id)
+    request = (
+        InputRequest.objects.select_related("answered_by").filter(pk=request_id, run=run).first()
+    )
+    if request is None:
+        raise HoldpointError(
+            "request_mismatch",
+            f"{request_id!r} is not a question of this run.",
+            pending_request_id=run.pending_request_id,
+        )
+    if request.status == RequestStatus.ANSWERED:
+        who = request.answered_by.get_username() if request.answered_by else "someone"
+        when = request.answered_at.isoformat() if request.answered_at else "earlier"
+        raise HoldpointError(
+            "request_mismatch",
+            f"Already answered by {who} at {when}.",
+            **_answered_detail(request),
+        )
+    if request.status == RequestStatus.EXPIRED:
+        raise HoldpointError(
+            "request_expired",
+            f"The request expired at {request.expires_at.isoformat()}; retry the run to ask again.",
+            **_answered_detail(request),
+        )
+    if request.status == RequestStatus.CANCELLED:
+        raise HoldpointError(
+            "invalid_state",
+            f"The request was closed: {request.closed_reason or 'the run moved on'}.",
+            **_answered_detail(request),
+        )
+    if run.status not in HOLDING:
+        raise HoldpointError(
+            "invalid_state", f"The run is {run.status}, not waiting for an answer."
+        )
+    if run.pending_request_id != request.id:
+        raise HoldpointError(
+            "request_mismatch",
+            "The run is waiting on a different question.",
+            pending_request_id=run.pending_request_id,
+        )
+    if run.latest_checkpoint_id != checkpoint_id or request.checkpoint_id != checkpoint_id:
+        raise HoldpointError(
+            "stale_checkpoint",
+            "The run's state changed since this question was asked.",
+            latest_checkpoint_id=run.latest_checkpoint_id,
+        )
+    now = timezone.now()
+    if request.expires_at <= now:
+        raise HoldpointError(
+            "request_expired",
+            f"The request expired at {request.expires_at.isoformat()}; retry the run to ask again.",
+            request_id=request.id,
+        )
+    validate_value(request.accepted_schema, value, what="answer")
+    actor = actor or actor_for(user)
+    request.status = RequestStatus.ANSWERED
+    request.answer = value
+    request.answered_by = user if user is not None and user.is_authenticated else None
+    request.answered_at = now
+    request.save()
+    append_event(
+        run,
+        "request.answered",
+        actor,
+        {"request_id": request.id, "kind": request.kind, "answer": value},
+    )
+    run.status = next_status(run.status, "resume")
+    run.pending_request = None
+    checkpoint = Checkpoint.objects.get(pk=checkpoint_id)
+    attempt = queue_attempt(
+        run,
+        reason=AttemptReason.RESUME,
+        resume_from=checkpoint,
+        resume_request=request,
+        not_before=db_now(),
+    )
+    append_event(
+        run,
+        "run.resumed",
+        actor,
+        {"attempt_id": attempt.id, "request_id": request.id, "checkpoint_id": checkpoint_id},
+    )
+    run.save()
+    return run
+
+
+@transaction.atomic(durable=True)
+def run_cancel(
+    *, run_id: str, user: UserLike = None, actor: str | None = None, reason: str = ""
+) -> Run:
+    """Cancel the goal. ``cancel_epoch`` moves first so that nothing a worker sends
+    after this commit can change the run; a live lease makes it ``cancel_requested``
+    until the worker acknowledges or its lease runs out."""
+    if not isinstance(reason, str) or len(reason) > 2000:
+        raise HoldpointError("invalid_input", "reason must be text of at most 2,000 characters.")
+    run = lock_run(run_id)
+    if run.status == RunStatus.CANCEL_REQUESTED:
+        return run  # Already accepted; asking twice changes nothing.
+    if run.status in TERMINAL:
+        raise HoldpointError(
+            "invalid_state", f"The run already {run.status}; there is nothing to cancel."
+        )
+    actor = actor or actor_for(user)
+    now = db_now()
+    run.cancel_epoch += 1
+    run.cancel_reason = reason
+    attempt = Attempt.objects.get(pk=run.current_attempt_id) if run.current_attempt_id else None
+    lease_live = (
+        run.status == RunStatus.RUNNING
+        and attempt is not None
+        and attempt.status == AttemptStatus.RUNNING
+        and attempt.lease_expires_at is not None
+        and attempt.lease_expires_at > now
+    )
+    append_event(
+        run,
+        "run.cancel_requested",
+        actor,
+        {"cancel_epoch": run.cancel_epoch, "reason": reason, "lease_live": lease_live},
+    )
+    if lease_live:
+        assert attempt is not None
+        run.status = next_status(run.status, "cancel_live")
+        notify_cancel(attempt.id)
+    else:
+        run.status = next_status(run.status, "cancel")
+        if attempt is not None and attempt.status in (AttemptStatus.QUEUED, AttemptStatus.RUNNING):
+            attempt.status = (
+                AttemptStatus.ABORTED
+                if attempt.status == AttemptStatus.QUEUED
+                else AttemptStatus.LOST
+            )
+            attempt.ended_at = now
+            attempt.lease_expires_at = None
+            attempt.save()
+        close_pending_request(
+            run,
+            status=RequestStatus.CANCELLED,
+            reason="Closed: run cancelled",
+            now=now,
+            actor=actor,
+        )
+        run.failure_class = FailureClass.CANCELLED
+        run.finished_at = now
+        run.not_before = None
+        append_event(run, "run.cancelled", actor, {"cancel_epoch": run.cancel_epoch})
+    run.save()
+    return run
+
+
+@transaction.atomic(durable=True)
+def run_retry(
+    *,
+    run_id: str,
+    reason: str,
+    from_checkpoint_id: str | None = None,
+    user: UserLike = None,
+    actor: str | None = None,
+) -> Run:
+    """Try a failed or cancelled run again from a checkpoint, in a new attempt. The old
+    attempts keep their errors, costs and history."""
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > 2000:
+        raise HoldpointError("invalid_input", "A retry needs a reason (1 to 2,000 characters).")
+    run = lock_run(run_id)
+    if run.status not in (RunStatus.FAILED, RunStatus.CANCELLED):
+        raise HoldpointError(
+            "invalid_state",
+            f"The run is {run.status}; only a failed or cancelled run can be retried.",
+        )
+    if from_checkpoint_id:
+        checkpoint = Checkpoint.objects.filter(pk=from_checkpoint_id, run=run).first()
+        if checkpoint is None:
+            raise HoldpointError(
+                "invalid_input",
+                f"{from_checkpoint_id!r} is not a checkpoint of this run.",
+                errors=[{"pointer": "/from_checkpoint", "message": "not a checkpoint of this run"}],
+            )
+    else:
+        checkpoint = run.latest_checkpoint
+    blockers = retry_blockers(run)
+    if blockers:
+        raise HoldpointError("retry_not_allowed", " ".join(blockers), reasons=blockers)
+    actor = actor or actor_for(user)
+    now = db_now()
+    run.status = next_status(run.status, "retry")
+    run.failure_class = ""
+    run.failure_detail = ""
+    run.result = None
+    run.finished_at = None
+    # Where to continue: later checkpoints stay in the history, but the run goes on from here.
+    run.latest_checkpoint = checkpoint
+    attempt = queue_attempt(run, reason=AttemptReason.RETRY, resume_from=checkpoint, not_before=now)
+    append_event(
+        run,
+        "run.retried",
+        actor,
+        {
+            "attempt_id": attempt.id,
+            "from_checkpoint": checkpoint.id if checkpoint else None,
+            "reason": reason,
+        },
+    )
+    run.save()
+    return run

@@ -1,0 +1,665 @@
+"""Services a run goes through while it works: start, claim, heartbeat, checkpoint,
+interrupt, complete, fail, release.
+
+Worker writes are fenced (``lock_for_worker_write``); every change appends its
+event in the same transaction. Top-level services are ``durable`` so that their
+on-commit signals run when they return (Zulip's rule).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from runs.agents import RetryPolicy, agent_spec
+from runs.clock import db_now
+from runs.errors import HoldpointError
+from runs.events import append_event
+from runs.models import Attempt, Checkpoint, InputRequest, Run
+from runs.schemas import APPROVAL_SCHEMA, compile_schema, validate_value
+from runs.services._base import (
+    UserLike,
+    actor_for,
+    close_pending_request,
+    error_fingerprint,
+    lease_seconds_or_default,
+    lock_for_worker_write,
+    parse_cost,
+    queue_attempt,
+    set_attempt_cost,
+)
+from runs.states import (
+    AttemptReason,
+    AttemptStatus,
+    FailureClass,
+    RequestKind,
+    RequestStatus,
+    RunStatus,
+    next_status,
+)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """What a worker is given at claim time; every later write carries its two epochs."""
+
+    attempt_id: str
+    run_id: str
+    agent: str
+    number: int
+    reason: str
+    worker_id: str
+    lease_epoch: int
+    cancel_epoch: int
+    lease_seconds: float
+    lease_expires_at: dt.datetime
+    input: Any
+    approvals: list[str]
+    resume_from: dict[str, Any] | None
+    resume_request: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    lease_expires_at: dt.datetime
+    cancel_requested: bool
+
+
+@transaction.atomic(durable=True)
+def run_start(
+    *,
+    agent: str,
+    input: Any,
+    user: UserLike = None,
+    actor: str | None = None,
+    approvals: list[str] | None = None,
+) -> Run:
+    """Create a run of a known agent with a validated input and queue its first attempt."""
+    spec = agent_spec(agent)
+    if spec.input_schema:
+        validate_value(compile_schema(spec.input_schema), input, what="input")
+    if approvals is not None and not all(isinstance(a, str) and a for a in approvals):
+        raise HoldpointError("invalid_input", "approvals must be a list of step ids.")
+    run = Run.objects.create(
+        agent=spec.name,
+        input=input,
+        approvals=list(approvals or []),
+        status=RunStatus.QUEUED,
+        created_by=user if user is not None and user.is_authenticated else None,
+    )
+    actor = actor or actor_for(user)
+    append_event(run, "run.created", actor, {"agent": spec.name, "approvals": run.approvals})
+    queue_attempt(run, reason=AttemptReason.INITIAL, resume_from=None, not_before=db_now())
+    run.save()
+    return run
+
+
+def _lease_for(run: Run, attempt: Attempt, lease_seconds: float) -> Lease:
+    resume_from = None
+    if attempt.resume_from_id:
+        checkpoint = Checkpoint.objects.get(pk=attempt.resume_from_id)
+        resume_from = {
+            "checkpoint_id": checkpoint.id,
+            "step": checkpoint.step,
+            "state": checkpoint.state,
+            "number": checkpoint.number,
+        }
+    resume_request = None
+    if attempt.resume_request_id:
+        request = InputRequest.objects.select_related("answered_by").get(
+            pk=attempt.resume_request_id
+        )
+        resume_request = {
+            "request_id": request.id,
+            "kind": request.kind,
+            "step_id": request.step_id,
+            "answer": request.answer,
+            "answered_by": request.answered_by.get_username() if request.answered_by else None,
+        }
+    assert attempt.lease_expires_at is not None
+    return Lease(
+        attempt_id=attempt.id,
+        run_id=run.id,
+        agent=run.agent,
+        number=attempt.number,
+        reason=attempt.reason,
+        worker_id=attempt.worker_id,
+        lease_epoch=run.lease_epoch,
+        cancel_epoch=run.cancel_epoch,
+        lease_seconds=lease_seconds,
+        lease_expires_at=attempt.lease_expires_at,
+        input=run.input,
+        approvals=list(run.approvals),
+        resume_from=resume_from,
+        resume_request=resume_request,
+    )
+
+
+@transaction.atomic(durable=True)
+def attempt_claim(
+    *, worker_id: str, agents: list[str] | None = None, lease_seconds: float | None = None
+) -> Lease | None:
+    """Lease the next due attempt to ``worker_id``. Return the lease, or None when no work is ready."""
+    if not worker_id or len(worker_id) > 200:
+        raise HoldpointError("invalid_input", "worker_id must be 1 to 200 characters.")
+    seconds = lease_seconds_or_default(lease_seconds)
+    now = db_now()
+    # SKIP LOCKED: concurrent claimers each take a different run instead of queueing
+    # behind one another; the partial index run_claimable_idx serves this query.
+    candidates = Run.objects.select_for_update(skip_locked=True, of=("self",)).filter(
+        status__in=[RunStatus.QUEUED, RunStatus.WAITING], not_before__lte=now
+    )
+    if agents:
+        candidates = candidates.filter(agent__in=agents)
+    run = candidates.order_by("not_before").first()
+    if run is None:
+        return None
+    attempt = Attempt.objects.get(pk=run.current_attempt_id)
+    previous = run.status
+    run.status = next_status(run.status, "claim")
+    run.lease_epoch += 1
+    run.not_before = None
+    attempt.status = AttemptStatus.RUNNING
+    attempt.worker_id = worker_id
+    attempt.lease_epoch = run.lease_epoch
+    attempt.cancel_epoch = run.cancel_epoch
+    attempt.lease_expires_at = now + dt.timedelta(seconds=seconds)
+    attempt.last_heartbeat_at = now
+    attempt.started_at = now
+    attempt.save()
+    append_event(
+        run,
+        "attempt.claimed",
+        f"worker:{worker_id}",
+        {
+            "attempt_id": attempt.id,
+            "number": attempt.number,
+            "from_status": previous,
+            "lease_epoch": run.lease_epoch,
+            "cancel_epoch": run.cancel_epoch,
+            "lease_expires_at": attempt.lease_expires_at.isoformat(),
+        },
+    )
+    run.save()
+    return _lease_for(run, attempt, seconds)
+
+
+@transaction.atomic(durable=True)
+def attempt_heartbeat(
+    *, attempt_id: str, lease_epoch: int, lease_seconds: float | None = None, cost: Any = None
+) -> Heartbeat:
+    """Renew the lease. Fenced by ``lease_epoch`` only: a cancelled run's worker still renews,
+    learns ``cancel_requested`` and acknowledges with ``attempt_release``."""
+    seconds = lease_seconds_or_default(lease_seconds)
+    parsed_cost = parse_cost(cost)
+    now = db_now()
+    fenced = lock_for_worker_write(
+        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=None, now=now
+    )
+    run, attempt = fenced.run, fenced.attempt
+    attempt.lease_expires_at = now + dt.timedelta(seconds=seconds)
+    attempt.last_heartbeat_at = now
+    set_attempt_cost(run, attempt, parsed_cost)
+    attempt.save(update_fields=["lease_expires_at", "last_heartbeat_at", "cost"])
+    if parsed_cost is not None:
+        run.save(update_fields=["cost", "updated_at"])
+    return Heartbeat(
+        lease_expires_at=attempt.lease_expires_at,
+        cancel_requested=run.status == RunStatus.CANCEL_REQUESTED
+        or run.cancel_epoch != attempt.cancel_epoch,
+    )
+
+
+@transaction.atomic(durable=True)
+def attempt_release(*, attempt_id: str, lease_epoch: int, reason: str) -> Run:
+    """Give the lease back: ``cancelled`` acknowledges a cancel, ``shutdown`` hands the
+    attempt to another worker from the latest checkpoint at once."""
+    if reason not in {"cancelled", "shutdown"}:
+        raise HoldpointError("invalid_input", "reason must be 'cancelled' or 'shutdown'.")
+    now = db_now()
+    fenced = lock_for_worker_write(
+        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=None, now=now
+    )
+    run, attempt = fenced.run, fenced.attempt
+    worker = f"worker:{attempt.worker_id}"
+    attempt.status = AttemptStatus.ABORTED
+    attempt.ended_at = now
+    attempt.lease_expires_at = None
+    attempt.error_message = f"released: {reason}"
+    attempt.save()
+    if run.status == RunStatus.CANCEL_REQUESTED:
+        _finish_cancel(run, now=now, actor=worker)
+    elif reason == "cancelled":
+        raise HoldpointError(
+            "invalid_state", "The run has no cancel pending; release with reason 'shutdown'."
+        )
+    else:
+        run.status = next_status(run.status, "release_shutdown")
+        attempt_new = queue_attempt(
+            run,
+            reason=AttemptReason.LEASE_EXPIRED,
+            resume_from=run.latest_checkpoint,
+            not_before=now,
+        )
+        append_event(
+            run,
+            "attempt.released",
+            worker,
+            {"attempt_id": attempt.id, "reason": reason, "next_attempt_id": attempt_new.id},
+        )
+    run.save()
+    return run
+
+
+def _finish_cancel(run: Run, *, now: Any, actor: str) -> None:
+    """The worker has stopped (or its lease is gone): the cancel becomes final."""
+    run.status = next_status(run.status, "cancel_done")
+    run.failure_class = FailureClass.CANCELLED
+    run.finished_at = now
+    run.not_before = None
+    append_event(run, "run.cancelled", actor, {"cancel_epoch": run.cancel_epoch})
+
+
+@transaction.atomic(durable=True)
+def checkpoint_save(
+    *,
+    attempt_id: str,
+    lease_epoch: int,
+    cancel_epoch: int,
+    step: str,
+    state: Any,
+    cost: Any = None,
+) -> Checkpoint:
+    """Save an immutable snapshot of agent state; ``step`` names the step to run next."""
+    if not isinstance(step, str) or not step or len(step) > 100:
+        raise HoldpointError("invalid_input", "step must be 1 to 100 characters.")
+    parsed_cost = parse_cost(cost)
+    now = db_now()
+    fenced = lock_for_worker_write(
+        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch, now=now
+    )
+    run, attempt = fenced.run, fenced.attempt
+    number = (run.checkpoints.order_by("-number").values_list("number", flat=True).first() or 0) + 1
+    checkpoint = Checkpoint.objects.create(
+        run=run, attempt=attempt, number=number, step=step, state=state
+    )
+    run.latest_checkpoint = checkpoint
+    set_attempt_cost(run, attempt, parsed_cost)
+    attempt.save(update_fields=["cost"])
+    append_event(
+        run,
+        "checkpoint.saved",
+        f"worker:{attempt.worker_id}",
+        {"checkpoint_id": checkpoint.id, "number": number, "step": step, "attempt_id": attempt.id},
+    )
+    run.save()
+    return checkpoint
+
+
+def _expires_at(expires_in: Any, expires_at: Any) -> dt.datetime:
+    # The person's clock: how long someone has to answer is a separate setting from the lease.
+    now = timezone.now()
+    if expires_at is not None and expires_in is not None:
+        raise HoldpointError("invalid_input", "Give expires_in or expires_at, not both.")
+    if expires_at is not None:
+        if isinstance(expires_at, str):
+            from django.utils.dateparse import parse_datetime
+
+            parsed = parse_datetime(expires_at)
+            if parsed is None or parsed.tzinfo is None:
+                raise HoldpointError(
+                    "invalid_input", "expires_at must be an ISO 8601 time with a zone."
+                )
+            expires_at = parsed
+        if not isinstance(expires_at, dt.datetime) or expires_at <= now:
+            raise HoldpointError("invalid_input", "expires_at must be in the future.")
+        return expires_at
+    seconds = settings.HOLDPOINT_INPUT_EXPIRES_SECONDS if expires_in is None else expires_in
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not 1 <= seconds <= 90 * 86400
+    ):
+        raise HoldpointError("invalid_input", "expires_in must be 1 second to 90 days.")
+    return now + dt.timedelta(seconds=seconds)
+
+
+@transaction.atomic(durable=True)
+def attempt_interrupt(
+    *,
+    attempt_id: str,
+    lease_epoch: int,
+    cancel_epoch: int,
+    checkpoint_id: str,
+    kind: str,
+    prompt: str,
+    accepted_schema: Any = None,
+    expires_in: Any = None,
+    expires_at: Any = None,
+    context: Any = None,
+    reason: str = "",
+    step_id: str = "",
+    action: Any = None,
+    cost: Any = None,
+) -> InputRequest:
+    """Stop at a hold point: persist the question on the checkpoint it was asked on, release
+    the worker. The attempt ends ``interrupted``; resume continues in a new attempt."""
+    if kind not in RequestKind.values:
+        raise HoldpointError("invalid_input", "kind must be input_required or auth_required.")
+    if not isinstance(prompt, str) or not prompt.strip() or len(prompt) > 10_000:
+        raise HoldpointError("invalid_input", "prompt must be 1 to 10,000 characters.")
+    if kind == RequestKind.AUTH_REQUIRED:
+        # An approval always takes {decision, comment}; the agent does not choose the form.
+        schema = APPROVAL_SCHEMA
+        if not isinstance(action, dict) or not action.get("tool"):
+            raise HoldpointError(
+                "invalid_input", "An approval needs an action with at least its tool."
+            )
+    else:
+        schema = compile_schema(accepted_schema)
+    if context is not None and not isinstance(context, dict):
+        raise HoldpointError("invalid_input", "context must be a JSON object.")
+    deadline = _expires_at(expires_in, expires_at)
+    parsed_cost = parse_cost(cost)
+    now = db_now()
+    fenced = lock_for_worker_write(
+        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch, now=now
+    )
+    run, attempt = fenced.run, fenced.attempt
+    if run.latest_checkpoint_id != checkpoint_id:
+        raise HoldpointError(
+            "stale_checkpoint",
+            "A hold point must be on the run's latest checkpoint.",
+            latest_checkpoint_id=run.latest_checkpoint_id,
+        )
+    request = InputRequest.objects.create(
+        run=run,
+        attempt=attempt,
+        checkpoint_id=checkpoint_id,
+        kind=kind,
+        step_id=step_id or "",
+        reason=reason or "",
+        prompt=prompt,
+        accepted_schema=schema,
+        context=context or {},
+        action=action or {},
+        expires_at=deadline,
+    )
+    attempt.status = AttemptStatus.INTERRUPTED
+    attempt.ended_at = now
+    attempt.lease_expires_at = None
+    set_attempt_cost(run, attempt, parsed_cost)
+    attempt.save()
+    run.status = next_status(
+        run.status, "interrupt_input" if kind == RequestKind.INPUT_REQUIRED else "interrupt_auth"
+    )
+    run.pending_request = request
+    append_event(
+        run,
+        "run.interrupted",
+        f"worker:{attempt.worker_id}",
+        {
+            "request_id": request.id,
+            "kind": kind,
+            "checkpoint_id": checkpoint_id,
+            "step_id": request.step_id,
+            "expires_at": deadline.isoformat(),
+        },
+    )
+    run.save()
+    return request
+
+
+@transaction.atomic(durable=True)
+def attempt_complete(
+    *, attempt_id: str, lease_epoch: int, cancel_epoch: int, result: Any, cost: Any = None
+) -> Run:
+    parsed_cost = parse_cost(cost)
+    now = db_now()
+    fenced = lock_for_worker_write(
+        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch, now=now
+    )
+    run, attempt = fenced.run, fenced.attempt
+    attempt.status = AttemptStatus.SUCCEEDED
+    attempt.ended_at = now
+    attempt.lease_expires_at = None
+    set_attempt_cost(run, attempt, parsed_cost)
+    attempt.save()
+    run.status = next_status(run.status, "complete")
+    run.result = result
+    run.finished_at = now
+    run.failure_class = ""
+    append_event(run, "run.succeeded", f"worker:{attempt.worker_id}", {"attempt_id": attempt.id})
+    run.save()
+    return run
+
+
+_EXPLICIT_CLASSES = {
+    FailureClass.TRANSIENT,
+    FailureClass.DETERMINISTIC,
+    FailureClass.SIDE_EFFECT_UNKNOWN,
+    FailureClass.DENIED,
+}
+
+
+def classify(error_class: str | None, error_type: str, policy: RetryPolicy) -> str:
+    """The failure class: the worker's word when it gives one, else the agent's policy."""
+    if error_class:
+        if error_class not in _EXPLICIT_CLASSES:
+            raise HoldpointError(
+                "invalid_input",
+                f"error.class must be one of {', '.join(sorted(_EXPLICIT_CLASSES))}.",
+            )
+        return error_class
+    if error_type in policy.non_retryable:
+        return FailureClass.DETERMINISTIC
+    return FailureClass.TRANSIENT
+
+
+def _failures_in_a_row(run: Run, fingerprint: str) -> tuple[int, int]:
+    """Count (failures, same-fingerprint failures) back from the newest attempt.
+
+    Crashes (``lost``) and releases (``aborted``) are skipped: they are not errors.
+    Progress (an interrupted or succeeded attempt) ends the run of failures, and so
+    does a person's retry: it is where a new budget starts.
+    """
+    failures = same = 0
+    same_open = True
+    for status, reason, print_ in run.attempts.order_by("-number").values_list(
+        "status", "reason", "error_fingerprint"
+    ):
+        if status in (AttemptStatus.LOST, AttemptStatus.ABORTED, AttemptStatus.QUEUED):
+            continue
+        if status != AttemptStatus.FAILED:
+            break
+        failures += 1
+        if same_open and print_ == fingerprint:
+            same += 1
+        else:
+            same_open = False
+        if reason == AttemptReason.RETRY:
+            break
+    return failures, same
+
+
+@transaction.atomic(durable=True)
+def attempt_fail(
+    *,
+    attempt_id: str,
+    lease_epoch: int,
+    cancel_epoch: int,
+    error: dict[str, Any],
+    cost: Any = None,
+) -> Run:
+    """Record the attempt's error, classify it, then back off and retry or stop the run."""
+    if not isinstance(error, dict) or not isinstance(error.get("type"), str) or not error["type"]:
+        raise HoldpointError("invalid_input", "error needs a type (and a message).")
+    error_type = error["type"][:200]
+    message = str(error.get("message") or "")[:10_000]
+    step = str(error.get("step") or "")[:100]
+    parsed_cost = parse_cost(cost)
+    now = db_now()
+    fenced = lock_for_worker_write(
+        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch, now=now
+    )
+    run, attempt = fenced.run, fenced.attempt
+    policy = agent_spec(run.agent).retry_policy
+    failure_class = classify(error.get("class"), error_type, policy)
+    fingerprint = error_fingerprint(error_type=error_type, message=message, step=step)
+    attempt.status = AttemptStatus.FAILED
+    attempt.ended_at = now
+    attempt.lease_expires_at = None
+    attempt.error_class = failure_class
+    attempt.error_type = error_type
+    attempt.error_message = message
+    attempt.error_step = step
+    attempt.error_fingerprint = fingerprint
+    set_attempt_cost(run, attempt, parsed_cost)
+    attempt.save()
+    worker = f"worker:{attempt.worker_id}"
+    append_event(
+        run,
+        "attempt.failed",
+        worker,
+        {
+            "attempt_id": attempt.id,
+            "class": failure_class,
+            "type": error_type,
+            "message": message[:500],
+            "fingerprint": fingerprint,
+            "step": step,
+        },
+    )
+    if failure_class != FailureClass.TRANSIENT:
+        _stop(run, failure_class, f"{error_type}: {message}"[:1000], now=now, actor=worker)
+    else:
+        failures, same = _failures_in_a_row(run, fingerprint)
+        if same >= policy.repeated_error_threshold:
+            _stop(
+                run,
+                FailureClass.REPEATED_ERROR,
+                f"The same error {same} times in a row: {error_type}: {message}"[:1000],
+                now=now,
+                actor=worker,
+            )
+        elif failures >= policy.max_attempts:
+            _stop(
+                run,
+                FailureClass.TRANSIENT,
+                f"Retry budget spent ({failures} of {policy.max_attempts} attempts failed).",
+                now=now,
+                actor=worker,
+            )
+        elif policy.cost_budget is not None and run.cost >= policy.cost_budget:
+            _stop(
+                run,
+                FailureClass.TRANSIENT,
+                f"Cost budget spent ({run.cost} of {policy.cost_budget}).",
+                now=now,
+                actor=worker,
+            )
+        else:
+            delay = policy.backoff_seconds(failures)
+            not_before = now + dt.timedelta(seconds=delay)
+            run.status = next_status(run.status, "fail_retry")
+            new = queue_attempt(
+                run,
+                reason=AttemptReason.AUTO_RETRY,
+                resume_from=run.latest_checkpoint,
+                not_before=not_before,
+            )
+            append_event(
+                run,
+                "run.backing_off",
+                "system:retry",
+                {
+                    "next_attempt_id": new.id,
+                    "not_before": not_before.isoformat(),
+                    "delay_seconds": round(delay, 3),
+                    "failures_in_a_row": failures,
+                },
+            )
+    run.save()
+    return run
+
+
+def _stop(run: Run, failure_class: str, detail: str, *, now: Any, actor: str) -> None:
+    run.status = next_status(run.status, "fail_stop")
+    run.failure_class = failure_class
+    run.failure_detail = detail
+    run.finished_at = now
+    append_event(run, "run.failed", actor, {"failure_class": failure_class, "detail": detail})
+
+
+def fail_locked_for_lost_lease(run: Run, attempt: Attempt, *, now: Any) -> None:
+    """Under the run lock: the current attempt's lease ran out. Mark it lost, then
+    finish a pending cancel, or start again from the latest checkpoint (capped)."""
+    attempt.status = AttemptStatus.LOST
+    attempt.ended_at = now
+    attempt.error_class = FailureClass.LEASE_LOST
+    attempt.error_message = "The lease ran out without a heartbeat."
+    attempt.save()
+    actor = "system:sweeper"
+    append_event(
+        run,
+        "attempt.lost",
+        actor,
+        {
+            "attempt_id": attempt.id,
+            "worker_id": attempt.worker_id,
+            "lease_epoch": attempt.lease_epoch,
+        },
+    )
+    if run.status == RunStatus.CANCEL_REQUESTED:
+        _finish_cancel(run, now=now, actor=actor)
+        return
+    cap = agent_spec(run.agent).retry_policy.max_lease_losses or settings.HOLDPOINT_MAX_LEASE_LOSSES
+    lost_in_a_row = 0
+    for status in run.attempts.order_by("-number").values_list("status", flat=True):
+        if status != AttemptStatus.LOST:
+            break
+        lost_in_a_row += 1
+    if lost_in_a_row >= cap:
+        run.status = next_status(run.status, "lease_expired_stop")
+        run.failure_class = FailureClass.LEASE_LOST
+        run.failure_detail = f"The worker lost its lease {lost_in_a_row} times in a row."
+        run.finished_at = now
+        append_event(
+            run,
+            "run.failed",
+            actor,
+            {"failure_class": FailureClass.LEASE_LOST, "detail": run.failure_detail},
+        )
+        return
+    run.status = next_status(run.status, "lease_expired_retry")
+    new = queue_attempt(
+        run, reason=AttemptReason.LEASE_EXPIRED, resume_from=run.latest_checkpoint, not_before=now
+    )
+    append_event(run, "run.requeued", actor, {"next_attempt_id": new.id, "reason": "lease_expired"})
+
+
+def expire_request_locked(run: Run, request: InputRequest, *, now: Any) -> None:
+    """Under the run lock: nobody answered in time. The run fails ``input_expired``;
+    a retry from the same checkpoint asks again."""
+    close_pending_request(
+        run,
+        status=RequestStatus.EXPIRED,
+        reason="No response before it expired",
+        now=now,
+        actor="system:sweeper",
+    )
+    run.status = next_status(run.status, "expire")
+    run.failure_class = FailureClass.INPUT_EXPIRED
+    run.failure_detail = f"No response to {request.id} by {request.expires_at.isoformat()}."
+    run.finished_at = now
+    append_event(
+        run,
+        "run.failed",
+        "system:sweeper",
+        {"failure_class": FailureClass.INPUT_EXPIRED, "request_id": request.id},
+    )

@@ -1,0 +1,130 @@
+"""The run lifecycle: every allowed transition, in one table.
+
+Services ask ``next_status(current, operation)``; anything not in the table is
+refused with ``invalid_state``. The table is DESIGN.md section 4.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+from runs.errors import HoldpointError
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    INPUT_REQUIRED = "input_required", "Waiting for input"
+    AUTH_REQUIRED = "auth_required", "Waiting for approval"
+    WAITING = "waiting", "Backing off"
+    CANCEL_REQUESTED = "cancel_requested", "Cancelling…"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class AttemptStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    INTERRUPTED = "interrupted", "Interrupted"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    ABORTED = "aborted", "Aborted"
+    LOST = "lost", "Lost"
+
+
+class AttemptReason(models.TextChoices):
+    INITIAL = "initial", "Initial"
+    RESUME = "resume", "Resume"
+    RETRY = "retry", "Retry"
+    AUTO_RETRY = "auto_retry", "Automatic retry"
+    LEASE_EXPIRED = "lease_expired", "Lease expired"
+
+
+class FailureClass(models.TextChoices):
+    TRANSIENT = "transient", "Transient"
+    DETERMINISTIC = "deterministic", "Deterministic"
+    REPEATED_ERROR = "repeated_error", "Repeated error"
+    LEASE_LOST = "lease_lost", "Lease lost"
+    SIDE_EFFECT_UNKNOWN = "side_effect_unknown", "Side effect unknown"
+    INPUT_EXPIRED = "input_expired", "Input expired"
+    DENIED = "denied", "Denied"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class RequestKind(models.TextChoices):
+    INPUT_REQUIRED = "input_required", "Input"
+    AUTH_REQUIRED = "auth_required", "Approval"
+
+
+class RequestStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    ANSWERED = "answered", "Answered"
+    EXPIRED = "expired", "Expired"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+S = RunStatus
+
+# (current status, operation) -> new status.
+TRANSITIONS: dict[tuple[str, str], str] = {
+    (S.QUEUED, "claim"): S.RUNNING,
+    (S.WAITING, "claim"): S.RUNNING,  # a due backoff is claimable without waiting for a sweep
+    (S.RUNNING, "interrupt_input"): S.INPUT_REQUIRED,
+    (S.RUNNING, "interrupt_auth"): S.AUTH_REQUIRED,
+    (S.RUNNING, "complete"): S.SUCCEEDED,
+    (S.RUNNING, "fail_retry"): S.WAITING,
+    (S.RUNNING, "fail_stop"): S.FAILED,
+    (S.RUNNING, "lease_expired_retry"): S.QUEUED,
+    (S.RUNNING, "lease_expired_stop"): S.FAILED,
+    (S.RUNNING, "release_shutdown"): S.QUEUED,
+    (S.INPUT_REQUIRED, "resume"): S.QUEUED,
+    (S.AUTH_REQUIRED, "resume"): S.QUEUED,
+    (S.INPUT_REQUIRED, "expire"): S.FAILED,
+    (S.AUTH_REQUIRED, "expire"): S.FAILED,
+    (S.WAITING, "backoff_due"): S.QUEUED,
+    # Cancel: with a live lease the worker must acknowledge; without one it is final at once.
+    (S.RUNNING, "cancel_live"): S.CANCEL_REQUESTED,
+    (S.RUNNING, "cancel"): S.CANCELLED,  # the lease has already run out
+    (S.QUEUED, "cancel"): S.CANCELLED,
+    (S.WAITING, "cancel"): S.CANCELLED,
+    (S.INPUT_REQUIRED, "cancel"): S.CANCELLED,
+    (S.AUTH_REQUIRED, "cancel"): S.CANCELLED,
+    (S.CANCEL_REQUESTED, "cancel_done"): S.CANCELLED,
+    (S.FAILED, "retry"): S.QUEUED,
+    (S.CANCELLED, "retry"): S.QUEUED,
+}
+
+TERMINAL = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED})
+# States in which a person is being asked something.
+HOLDING = frozenset({S.INPUT_REQUIRED, S.AUTH_REQUIRED})
+# States in which a worker holds (or held) a lease on the current attempt.
+LEASED = frozenset({S.RUNNING, S.CANCEL_REQUESTED})
+CANCELLABLE = frozenset(
+    {S.QUEUED, S.RUNNING, S.INPUT_REQUIRED, S.AUTH_REQUIRED, S.WAITING, S.CANCEL_REQUESTED}
+)
+FINISHED_ATTEMPT = frozenset(
+    {
+        AttemptStatus.INTERRUPTED,
+        AttemptStatus.SUCCEEDED,
+        AttemptStatus.FAILED,
+        AttemptStatus.ABORTED,
+        AttemptStatus.LOST,
+    }
+)
+
+
+def can(current: str, operation: str) -> bool:
+    return (current, operation) in TRANSITIONS
+
+
+def next_status(current: str, operation: str) -> str:
+    try:
+        return TRANSITIONS[(current, operation)]
+    except KeyError:
+        raise HoldpointError(
+            "invalid_state",
+            f"A run that is {current} cannot {operation.replace('_', ' ')}.",
+            status=current,
+            operation=operation,
+        ) from None

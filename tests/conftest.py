@@ -1,0 +1,98 @@
+"""Shared fixtures: personas, a registered test agent, and the PostgreSQL/Redis gates.
+
+A test marked ``postgres`` needs PostgreSQL row locking. Outside CI, on SQLite, it
+is skipped with the reason; in CI (``CI=true``) it fails instead, so a missing
+database can never turn into a green run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.db import connection
+
+from runs.agents import AgentSpec, RetryPolicy, register_agent_spec, unregister_agent_spec
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    on_postgres = bool(os.environ.get("DATABASE_URL"))
+    has_redis = bool(os.environ.get("REDIS_URL"))
+    for item in items:
+        if "postgres" in item.keywords and not on_postgres:
+            if IN_CI:
+                item.add_marker(pytest.mark.usefixtures("_require_postgres"))
+            else:
+                item.add_marker(pytest.mark.skip(reason="needs PostgreSQL (set DATABASE_URL)"))
+        if "redis" in item.keywords and not has_redis:
+            if IN_CI:
+                item.add_marker(pytest.mark.usefixtures("_require_redis"))
+            else:
+                item.add_marker(pytest.mark.skip(reason="needs Redis (set REDIS_URL)"))
+
+
+@pytest.fixture
+def _require_postgres() -> None:
+    pytest.fail("This test needs PostgreSQL and CI=true: set DATABASE_URL.")
+
+
+@pytest.fixture
+def _require_redis() -> None:
+    pytest.fail("This test needs Redis and CI=true: set REDIS_URL.")
+
+
+TEST_AGENT = "test-agent"
+
+
+@pytest.fixture(autouse=True)
+def test_agent() -> Iterator[AgentSpec]:
+    spec = AgentSpec(
+        name=TEST_AGENT,
+        input_schema={"type": "object", "properties": {"n": {"type": "integer"}}},
+        retry_policy=RetryPolicy(
+            max_attempts=4,
+            backoff_initial=0.0,
+            jitter=0.0,
+            non_retryable=("ValueError",),
+            repeated_error_threshold=3,
+            max_lease_losses=2,
+        ),
+    )
+    register_agent_spec(spec)
+    yield spec
+    unregister_agent_spec(TEST_AGENT)
+
+
+def _user(username: str, group: str | None) -> User:
+    user = User.objects.create_user(username=username, password="pw-" + username)
+    if group:
+        user.groups.add(Group.objects.get(name=group))
+    return user
+
+
+@pytest.fixture
+def operator(db: None) -> User:
+    return _user("olivia", "operator")
+
+
+@pytest.fixture
+def approver(db: None) -> User:
+    return _user("alice", "approver")
+
+
+@pytest.fixture
+def viewer(db: None) -> User:
+    return _user("victor", "viewer")
+
+
+@pytest.fixture
+def outsider(db: None) -> User:
+    return _user("oscar", None)
+
+
+def on_postgres() -> bool:
+    return connection.vendor == "postgresql"

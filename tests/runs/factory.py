@@ -1,0 +1,67 @@
+"""Small helpers that drive a run through the real services into a given state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runs import services
+from runs.models import Run
+from runs.services import Lease
+
+AGENT = "test-agent"
+
+
+def start(**kwargs: Any) -> Run:
+    return services.run_start(agent=AGENT, input=kwargs.pop("input", {"n": 1}), **kwargs)
+
+
+def claim(worker: str = "w1", lease_seconds: float | None = None) -> Lease:
+    lease = services.attempt_claim(worker_id=worker, lease_seconds=lease_seconds)
+    assert lease is not None, "expected a due attempt to claim"
+    return lease
+
+
+def epochs(lease: Lease) -> dict[str, Any]:
+    return {
+        "attempt_id": lease.attempt_id,
+        "lease_epoch": lease.lease_epoch,
+        "cancel_epoch": lease.cancel_epoch,
+    }
+
+
+def interrupted(
+    kind: str = "input_required", schema: Any = None, expires_in: float = 3600, **kw: Any
+) -> tuple[Run, Lease, Any, Any]:
+    """A run waiting for input: (run, lease, checkpoint, request)."""
+    run = start()
+    lease = claim()
+    cp = services.checkpoint_save(**epochs(lease), step="ask", state={"seen": 1})
+    extra: dict[str, Any] = {}
+    if kind == "auth_required":
+        extra["action"] = {"tool": "config_store", "target": "staging/auth/config"}
+    request = services.attempt_interrupt(
+        **epochs(lease),
+        checkpoint_id=cp.id,
+        kind=kind,
+        prompt="请选择需要保持兼容的 Token 版本",
+        accepted_schema=schema if schema is not None else {"versions": "string[]"},
+        expires_in=expires_in,
+        **extra,
+        **kw,
+    )
+    run.refresh_from_db()
+    return run, lease, cp, request
+
+
+def snapshot(run_id: str) -> dict[str, Any]:
+    """Everything a refused call must leave unchanged."""
+    from runs.models import Attempt, Checkpoint, InputRequest, RunEvent
+
+    run = Run.objects.get(pk=run_id)
+    return {
+        "run": {f.attname: getattr(run, f.attname) for f in Run._meta.concrete_fields if f.attname != "updated_at"},
+        "attempts": list(Attempt.objects.filter(run_id=run_id).order_by("number").values()),
+        "checkpoints": list(Checkpoint.objects.filter(run_id=run_id).values_list("id", flat=True)),
+        "requests": list(InputRequest.objects.filter(run_id=run_id).order_by("id").values()),
+        "events": list(RunEvent.objects.filter(run_id=run_id).values_list("seq", "type")),
+    }

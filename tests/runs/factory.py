@@ -59,7 +59,11 @@ def snapshot(run_id: str) -> dict[str, Any]:
 
     run = Run.objects.get(pk=run_id)
     return {
-        "run": {f.attname: getattr(run, f.attname) for f in Run._meta.concrete_fields if f.attname != "updated_at"},
+        "run": {
+            f.attname: getattr(run, f.attname)
+            for f in Run._meta.concrete_fields
+            if f.attname != "updated_at"
+        },
         "attempts": list(Attempt.objects.filter(run_id=run_id).order_by("number").values()),
         "checkpoints": list(Checkpoint.objects.filter(run_id=run_id).values_list("id", flat=True)),
         "requests": list(InputRequest.objects.filter(run_id=run_id).order_by("id").values()),

@@ -17,7 +17,9 @@ pytestmark = pytest.mark.django_db
 
 
 def event_types(run_id: str) -> list[str]:
-    return list(RunEvent.objects.filter(run_id=run_id).order_by("seq").values_list("type", flat=True))
+    return list(
+        RunEvent.objects.filter(run_id=run_id).order_by("seq").values_list("type", flat=True)
+    )
 
 
 def test_it_starts_a_run_with_a_queued_first_attempt() -> None:
@@ -137,7 +139,12 @@ def test_it_resumes_in_a_new_attempt_that_carries_the_answer(approver) -> None:
     assert request.status == "answered" and request.answered_by == approver
     lease = claim("w2")
     assert lease.number == 2 and lease.reason == "resume"
-    assert lease.resume_from == {"checkpoint_id": cp.id, "step": "ask", "state": {"seen": 1}, "number": 1}
+    assert lease.resume_from == {
+        "checkpoint_id": cp.id,
+        "step": "ask",
+        "state": {"seen": 1},
+        "number": 1,
+    }
     assert lease.resume_request is not None
     assert lease.resume_request["answer"] == {"versions": ["v1", "v2"]}
     assert lease.resume_request["answered_by"] == "alice"
@@ -186,7 +193,9 @@ def test_it_asks_a_live_worker_to_stop_and_fences_it() -> None:
     assert exc.value.code == "stale_after_cancel"
     assert snapshot(run.id) == before
     # The worker acknowledges: the cancel becomes final.
-    services.attempt_release(attempt_id=lease.attempt_id, lease_epoch=lease.lease_epoch, reason="cancelled")
+    services.attempt_release(
+        attempt_id=lease.attempt_id, lease_epoch=lease.lease_epoch, reason="cancelled"
+    )
     run.refresh_from_db()
     assert run.status == "cancelled" and run.result is None
     assert Attempt.objects.get(pk=lease.attempt_id).status == "aborted"
@@ -205,7 +214,9 @@ def test_it_releases_for_shutdown_into_a_new_attempt_from_the_latest_checkpoint(
     run = start()
     lease = claim()
     cp = services.checkpoint_save(**epochs(lease), step="b", state={})
-    services.attempt_release(attempt_id=lease.attempt_id, lease_epoch=lease.lease_epoch, reason="shutdown")
+    services.attempt_release(
+        attempt_id=lease.attempt_id, lease_epoch=lease.lease_epoch, reason="shutdown"
+    )
     run.refresh_from_db()
     assert run.status == "queued"
     nxt = claim("w2")
@@ -240,7 +251,9 @@ def test_it_backs_off_then_stops_on_the_same_error_in_a_row() -> None:
         assert run.status == "waiting"
         assert run.attempts.order_by("-number").first().reason == "auto_retry"
     lease = claim()
-    services.attempt_fail(**epochs(lease), error={"type": "Timeout", "message": "took 99 ms", "step": "s"})
+    services.attempt_fail(
+        **epochs(lease), error={"type": "Timeout", "message": "took 99 ms", "step": "s"}
+    )
     run.refresh_from_db()
     assert (run.status, run.failure_class) == ("failed", "repeated_error")
     prints = set(run.attempts.values_list("error_fingerprint", flat=True))
@@ -310,7 +323,9 @@ def test_a_due_backoff_is_queued_by_the_sweep() -> None:
 
 def test_events_are_gap_free_and_unique_per_run() -> None:
     run, _lease, cp, request = interrupted()
-    services.run_resume(run_id=run.id, request_id=request.id, checkpoint_id=cp.id, value={"versions": []})
+    services.run_resume(
+        run_id=run.id, request_id=request.id, checkpoint_id=cp.id, value={"versions": []}
+    )
     seqs = list(RunEvent.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, len(seqs) + 1))
     run.refresh_from_db()

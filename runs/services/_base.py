@@ -19,6 +19,11 @@ from runs.states import AttemptStatus, RequestStatus
 UserLike = AbstractBaseUser | AnonymousUser | None
 
 
+def user_or_none(user: UserLike) -> Any:
+    """The user to store on a row (``created_by``, ``answered_by``), or None for the system."""
+    return user if user is not None and user.is_authenticated else None
+
+
 def actor_for(user: UserLike, fallback: str = "system") -> str:
     if user is not None and getattr(user, "is_authenticated", False):
         return f"user:{user.get_username()}"

@@ -18,7 +18,14 @@ from runs.errors import HoldpointError
 from runs.events import append_event, notify_cancel
 from runs.models import Attempt, Checkpoint, InputRequest, Run
 from runs.schemas import validate_value
-from runs.services._base import UserLike, actor_for, close_pending_request, lock_run, queue_attempt
+from runs.services._base import (
+    UserLike,
+    actor_for,
+    close_pending_request,
+    lock_run,
+    queue_attempt,
+    user_or_none,
+)
 from runs.states import (
     HOLDING,
     TERMINAL,
@@ -142,7 +149,7 @@ def run_resume(
     actor = actor or actor_for(user)
     request.status = RequestStatus.ANSWERED
     request.answer = value
-    request.answered_by = user if user is not None and user.is_authenticated else None
+    request.answered_by = user_or_none(user)
     request.answered_at = now
     request.save()
     append_event(

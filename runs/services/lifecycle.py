@@ -32,6 +32,7 @@ from runs.services._base import (
     parse_cost,
     queue_attempt,
     set_attempt_cost,
+    user_or_none,
 )
 from runs.states import (
     AttemptReason,
@@ -90,7 +91,7 @@ def run_start(
         input=input,
         approvals=list(approvals or []),
         status=RunStatus.QUEUED,
-        created_by=user if user is not None and user.is_authenticated else None,
+        created_by=user_or_none(user),
     )
     actor = actor or actor_for(user)
     append_event(run, "run.created", actor, {"agent": spec.name, "approvals": run.approvals})

@@ -16,6 +16,7 @@ from runs.agents import agent_spec
 from runs.clock import db_now
 from runs.errors import HoldpointError
 from runs.events import append_event, notify_cancel
+from runs.metrics import measured
 from runs.models import Attempt, Checkpoint, InputRequest, Run
 from runs.schemas import validate_value
 from runs.services._base import (
@@ -75,6 +76,7 @@ def _answered_detail(request: InputRequest) -> dict[str, Any]:
     }
 
 
+@measured("resume")
 @transaction.atomic(durable=True)
 def run_resume(
     *,
@@ -178,6 +180,7 @@ def run_resume(
     return run
 
 
+@measured("cancel")
 @transaction.atomic(durable=True)
 def run_cancel(
     *, run_id: str, user: UserLike = None, actor: str | None = None, reason: str = ""
@@ -242,6 +245,7 @@ def run_cancel(
     return run
 
 
+@measured("retry")
 @transaction.atomic(durable=True)
 def run_retry(
     *,

@@ -20,6 +20,7 @@ from runs.agents import RetryPolicy, agent_spec
 from runs.clock import db_now
 from runs.errors import HoldpointError
 from runs.events import append_event
+from runs.metrics import measured
 from runs.models import Attempt, Checkpoint, InputRequest, Run
 from runs.schemas import APPROVAL_SCHEMA, compile_schema, validate_value
 from runs.services._base import (
@@ -71,6 +72,7 @@ class Heartbeat:
     cancel_requested: bool
 
 
+@measured("start")
 @transaction.atomic(durable=True)
 def run_start(
     *,

@@ -121,9 +121,9 @@ class AttemptControl:
             return service(**self.epochs(), **kwargs)
         except HoldpointError as exc:
             if exc.code == "stale_worker":
-                self.mark_stale(f"{service.__name__} refused: {exc.detail}")
+                self.mark_stale(f"{service.__name__} refused ({exc.code}): {exc.detail}")
                 raise LeaseLost(exc.detail) from exc
             if exc.code == "stale_after_cancel":
-                self.request_cancel(f"{service.__name__} refused: stale_after_cancel")
+                self.request_cancel(f"{service.__name__} refused ({exc.code})")
                 raise CancelRequested() from exc
             raise

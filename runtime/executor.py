@@ -27,6 +27,7 @@ from django.db import DatabaseError
 
 from runs import services
 from runs.errors import HoldpointError
+from runs.logcontext import bind
 from runs.services import Lease
 from runtime import registry
 from runtime.context import Context, to_json
@@ -68,7 +69,9 @@ def execute(
     if beater is not None:
         beater.start()
     try:
-        outcome = _Attempt(lease, control).run()
+        # Every log line of this attempt, in this thread, carries its run and attempt ids.
+        with bind(run_id=lease.run_id, attempt_id=lease.attempt_id):
+            outcome = _Attempt(lease, control).run()
     finally:
         if beater is not None:
             beater.stop()

@@ -15,6 +15,8 @@ from django.db import DatabaseError, connection
 
 from runs import services
 from runs.errors import HoldpointError
+from runs.logcontext import bind
+from runs.services import Lease
 from runtime.control import AttemptControl
 
 logger = logging.getLogger("runtime")
@@ -34,6 +36,10 @@ class Heartbeater(threading.Thread):
 
     def run(self) -> None:
         lease, control = self.control.lease, self.control
+        with bind(run_id=lease.run_id, attempt_id=lease.attempt_id):
+            self._beat(lease, control)
+
+    def _beat(self, lease: Lease, control: AttemptControl) -> None:
         try:
             while not self._stopped.wait(self.interval):
                 try:

@@ -92,8 +92,12 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, on_signal)
 
         pool.start()
+        if pool.listen:
+            # Announce readiness once notifications reach us, so nothing sent is missed.
+            pool.listening.wait(10)
         self.stdout.write(
-            f"runagents {pool.name}: {concurrency} workers for {', '.join(pool.agents)}",
+            f"runagents {pool.name}: {concurrency} workers for {', '.join(pool.agents)} "
+            f"({'LISTEN/NOTIFY' if pool.listen else f'polling every {pool.poll_interval}s'})",
         )
         self.stdout.flush()
         while not stopping.wait(0.5):

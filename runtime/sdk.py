@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from runs.agents import AgentSpec, RetryPolicy
 
@@ -58,6 +58,7 @@ class Done:
 
 
 StepFunction = Callable[["Context", Any], "Next | Done"]
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
@@ -151,9 +152,13 @@ class Agent:
             source="python",
         )
 
-    def step(
-        self, name: str | StepFunction | None = None, *, start: bool = False
-    ) -> Callable[[StepFunction], StepFunction] | StepFunction:
+    @overload
+    def step(self, name: F, *, start: bool = False) -> F: ...
+
+    @overload
+    def step(self, name: str | None = None, *, start: bool = False) -> Callable[[F], F]: ...
+
+    def step(self, name: Any = None, *, start: bool = False) -> Any:
         """Register a step: ``@agent.step``, ``@agent.step("name")`` or with ``start=True``.
 
         The first step registered is where a run starts unless another says ``start=True``.
@@ -161,12 +166,12 @@ class Agent:
         if callable(name):
             return self._add(name.__name__, name, start=start)
 
-        def decorate(func: StepFunction) -> StepFunction:
+        def decorate(func: F) -> F:
             return self._add(name or func.__name__, func, start=start)
 
         return decorate
 
-    def _add(self, name: str, func: StepFunction, *, start: bool) -> StepFunction:
+    def _add(self, name: str, func: F, *, start: bool) -> F:
         if not name or len(name) > 100:
             raise ValueError("A step name must be 1 to 100 characters.")
         if name in self.steps and self.steps[name] is not func:

@@ -84,3 +84,20 @@ def run_cost_before(lease: Lease) -> Any:
     from runs.models import Run
 
     return Run.objects.filter(pk=lease.run_id).values_list("cost", flat=True).first() or 0
+
+
+def seconds_until_due(agents: list[str]) -> float | None:
+    """Seconds until the next queued or backing-off attempt of ``agents`` may be claimed
+    (0 when one is due now), or None when there is none. Served by run_claimable_idx."""
+    from django.db.models import Min
+
+    from runs.clock import db_now
+    from runs.models import Run
+    from runs.states import RunStatus
+
+    due = Run.objects.filter(
+        status__in=[RunStatus.QUEUED, RunStatus.WAITING], agent__in=agents
+    ).aggregate(due=Min("not_before"))["due"]
+    if due is None:
+        return None
+    return max(0.0, (due - db_now()).total_seconds())

@@ -9,6 +9,7 @@ How an idle worker learns of work, fastest first:
 
 - in the same process, the run store's after-commit signal (``on_run_changed``);
 - on PostgreSQL, ``NOTIFY holdpoint_work`` sent at commit by any process;
+- a backoff that comes due: an idle worker waits only until the next ``not_before``;
 - polling: every ``poll_interval`` seconds (0.5 s without a listener, 5 s with one,
   to catch notifications sent while the listener was reconnecting).
 
@@ -33,6 +34,7 @@ from runs.events import CANCEL_CHANNEL, WORK_CHANNEL, on_run_changed, remove_run
 from runtime import registry
 from runtime.control import AttemptControl
 from runtime.executor import execute
+from runtime.selectors import seconds_until_due
 
 logger = logging.getLogger("runtime")
 
@@ -238,7 +240,7 @@ class WorkerPool:
                     self.shutdown.wait(1.0)
                     continue
                 if lease is None:
-                    self.waker.wait(seen, self.poll_interval)
+                    self.waker.wait(seen, self._idle_timeout())
                     continue
                 control = AttemptControl(lease, self.shutdown)
                 with self._active_lock:
@@ -253,6 +255,19 @@ class WorkerPool:
                         self._active.pop(lease.attempt_id, None)
         finally:
             connection.close()
+
+    def _idle_timeout(self) -> float:
+        """Wait until the next backoff is due, at most ``poll_interval``: a due attempt is
+        claimed at once even when no notification and no sweep announces it."""
+        try:
+            due = seconds_until_due(self.agents)
+        except DatabaseError:
+            connection.close()
+            return self.poll_interval
+        if due is None:
+            return self.poll_interval
+        # A small floor: another worker may be claiming the due attempt right now.
+        return min(self.poll_interval, max(due, 0.05))
 
     def _sweep_loop(self) -> None:
         try:

@@ -236,3 +236,23 @@ def test_sweeps_run_in_every_pool(make_agent, pools) -> None:
     first = Attempt.objects.get(run_id=run.id, number=1)
     second = Attempt.objects.get(run_id=run.id, number=2)
     assert (first.status, second.reason) == ("lost", "lease_expired")
+
+
+def test_an_idle_worker_wakes_when_a_backoff_comes_due(make_agent, pools) -> None:
+    from runs.agents import RetryPolicy
+
+    agent = make_agent(retry=RetryPolicy(backoff_initial=0.6, jitter=0.0))
+
+    @agent.step
+    def only(ctx, state):
+        if ctx.attempt_number == 1:
+            raise ConnectionError("try again shortly")
+        return ctx.done(ctx.attempt_number)
+
+    run = services.run_start(agent=agent.name, input={})
+    # No sweeper and a long poll: only the due time itself can wake the worker.
+    pools(1, [agent.name], poll_interval=30, sweep=False)
+    wait_for(lambda: status(run.id) == "succeeded", 5, "the retry after the backoff")
+    first, second = Attempt.objects.filter(run_id=run.id).order_by("number")
+    waited = (second.started_at - first.ended_at).total_seconds()
+    assert 0.5 < waited < 1.5

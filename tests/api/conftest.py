@@ -1,0 +1,51 @@
+"""Clients for the HTTP API: a person's DRF token, a worker token, and a few helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group, User
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from runs.authentication import worker_token_create
+
+
+def client_for(user: User | None) -> APIClient:
+    client = APIClient()
+    if user is not None:
+        token, _ = Token.objects.get_or_create(user=user)
+        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    return client
+
+
+def worker_client(name: str = "pyworker") -> APIClient:
+    _, secret = worker_token_create(name=name)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    return client
+
+
+def post(client: APIClient, url: str, body: Any = None, key: str | None = None, **extra: Any):
+    if key is not None:
+        extra["HTTP_IDEMPOTENCY_KEY"] = key
+    return client.post(url, body if body is not None else {}, format="json", **extra)
+
+
+@pytest.fixture
+def admin_user(db: None) -> User:
+    user = User.objects.create_user(username="ada", password="pw-ada")
+    user.groups.add(Group.objects.get(name="admin"))
+    return user
+
+
+@pytest.fixture
+def as_user() -> Callable[[User | None], APIClient]:
+    return client_for
+
+
+@pytest.fixture
+def wclient(db: None) -> APIClient:
+    return worker_client()

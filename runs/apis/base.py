@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
@@ -10,7 +12,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
 
-from runs.errors import ERROR_STATUS
+from runs.errors import ERROR_STATUS, HoldpointError
 from runs.problems import CONTENT_TYPE
 from runs.serializers import ProblemSerializer
 
@@ -31,6 +33,24 @@ def validated(serializer_class: type[serializers.Serializer], data: Any) -> dict
     serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
+
+
+@contextmanager
+def pointers_under(prefix: str) -> Iterator[None]:
+    """Make the JSON pointers of a service's ``invalid_input`` point into the request body.
+
+    Services check a value (an input, an answer) and point into it (``/n``); the API
+    client sent that value as a member of its body (``/input/n``).
+    """
+    try:
+        yield
+    except HoldpointError as exc:
+        if exc.code == "invalid_input" and isinstance(exc.extra.get("errors"), list):
+            exc.extra["errors"] = [
+                {**error, "pointer": prefix + (error["pointer"] if error["pointer"] != "/" else "")}
+                for error in exc.extra["errors"]
+            ]
+        raise
 
 
 def problems(*codes: str) -> dict[Any, OpenApiResponse]:

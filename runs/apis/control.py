@@ -21,6 +21,7 @@ from runs.apis.base import (
     BODY_CODES,
     IDEMPOTENCY_CODES,
     idempotency_key_parameter,
+    pointers_under,
     problems,
     require_perm,
     validated,
@@ -76,20 +77,18 @@ class RunStartApi(IdempotentMixin, APIView):
         require_perm(request.user, START)
         self.idempotency_key(request)
         data = validated(self.InputSerializer, request.data)
-        return self.idempotent(
-            request,
-            lambda: Response(
-                RunSerializer(
-                    services.run_start(
-                        agent=data["agent"],
-                        input=data["input"],
-                        approvals=data.get("approvals"),
-                        user=request.user,
-                    )
-                ).data,
-                status=201,
-            ),
-        )
+
+        def execute() -> Response:
+            with pointers_under("/input"):
+                run = services.run_start(
+                    agent=data["agent"],
+                    input=data["input"],
+                    approvals=data.get("approvals"),
+                    user=request.user,
+                )
+            return Response(RunSerializer(run).data, status=201)
+
+        return self.idempotent(request, execute)
 
 
 class RunResumeApi(IdempotentMixin, APIView):
@@ -140,21 +139,19 @@ class RunResumeApi(IdempotentMixin, APIView):
         # A request of another run is left to the service, which names the pending one.
         if kind is not None:
             require_perm(user, permission_for_request_kind(kind))
-        return self.idempotent(
-            request,
-            lambda: Response(
-                RunSerializer(
-                    services.run_resume(
-                        run_id=run.pk,
-                        request_id=data["request_id"],
-                        checkpoint_id=data["checkpoint_id"],
-                        value=data["value"],
-                        user=user,
-                    )
-                ).data,
-                status=202,
-            ),
-        )
+
+        def execute() -> Response:
+            with pointers_under("/value"):
+                resumed = services.run_resume(
+                    run_id=run.pk,
+                    request_id=data["request_id"],
+                    checkpoint_id=data["checkpoint_id"],
+                    value=data["value"],
+                    user=user,
+                )
+            return Response(RunSerializer(resumed).data, status=202)
+
+        return self.idempotent(request, execute)
 
 
 class RunCancelApi(IdempotentMixin, APIView):

@@ -27,7 +27,6 @@ from typing import Any
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
-from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -363,46 +362,38 @@ class WorkerCompleteApi(WorkerApiView):
         )
 
 
-class WorkerFailApi(WorkerApiView):
-    """The attempt failed: Holdpoint classifies the error, then backs off or stops the run."""
-
-    class ErrorInput(serializers.Serializer):
-        class Meta:
-            ref_name = "WorkerFailErrorInput"
-
-        class_ = serializers.ChoiceField(
+# "class" is a Python keyword, so the error's serializer is built with type().
+FailureInput = type(
+    "FailureInput",
+    (serializers.Serializer,),
+    {
+        "class": serializers.ChoiceField(
             choices=["transient", "deterministic", "side_effect_unknown", "denied"],
             required=False,
             allow_null=True,
-        )
-        type = serializers.CharField(max_length=200)
-        message = serializers.CharField(max_length=10_000, required=False, allow_blank=True)
-        step = serializers.CharField(max_length=100, required=False, allow_blank=True)
+            help_text="Say it when you know it; otherwise the agent's retry policy decides.",
+        ),
+        "type": serializers.CharField(max_length=200),
+        "message": serializers.CharField(max_length=10_000, required=False, allow_blank=True),
+        "step": serializers.CharField(max_length=100, required=False, allow_blank=True),
+    },
+)
 
-        def to_internal_value(self, data: Any) -> Any:
-            # The wire name is "class", a Python keyword.
-            if isinstance(data, dict) and "class" in data:
-                data = {**data, "class_": data["class"]}
-                del data["class"]
-            value = super().to_internal_value(data)
-            if "class_" in value:
-                value["class"] = value.pop("class_")
-            return value
+
+class WorkerFailApi(WorkerApiView):
+    """The attempt failed: Holdpoint classifies the error, then backs off or stops the run."""
 
     class InputSerializer(FencedInput):
         class Meta:
             ref_name = "WorkerFailInput"
 
-        error = serializers.DictField(help_text="{class?, type, message, step?}")
+        error = FailureInput()
 
     @_write_schema(InputSerializer, {200: RunStateSerializer}, *FENCE_CODES)
     def post(self, request: Request, attempt_id: str) -> Response:
         self.idempotency_key(request)
         data = validated(self.InputSerializer, request.data)
-        try:
-            error = validated(self.ErrorInput, data["error"])
-        except ValidationError as exc:
-            raise ValidationError({"error": exc.detail}) from None
+        error = dict(data["error"])
         return self.idempotent(
             request,
             lambda: Response(

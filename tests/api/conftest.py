@@ -49,3 +49,9 @@ def as_user() -> Callable[[User | None], APIClient]:
 @pytest.fixture
 def wclient(db: None) -> APIClient:
     return worker_client()
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings: Any) -> None:
+    # The personas are created with passwords; the real hasher costs ~0.2 s per user.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -18,7 +18,7 @@ from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent
 class UtcDateTimeField(serializers.DateTimeField):
     """Always UTC with a ``Z``, whatever ``TIME_ZONE`` says."""
 
-    def to_representation(self, value: Any) -> str | None:
+    def to_representation(self, value: Any) -> Any:
         if value is None:
             return None
         if isinstance(value, str):
@@ -95,7 +95,8 @@ class InputRequestSerializer(serializers.ModelSerializer):
     attempt_id = serializers.CharField()
     checkpoint_id = serializers.CharField()
     accepted_schema = serializers.JSONField()
-    context = serializers.JSONField()
+    # DRF takes declared fields off the class, so these names shadow nothing at run time.
+    context = serializers.JSONField()  # type: ignore[assignment]
     action = serializers.JSONField()
     answer = serializers.JSONField(allow_null=True)
     answered_by = serializers.SerializerMethodField()
@@ -194,7 +195,7 @@ class CheckpointSerializer(serializers.ModelSerializer):
 class AgentSerializer(serializers.Serializer):
     name = serializers.CharField()
     description = serializers.CharField()
-    source = serializers.ChoiceField(choices=["python", "declared"])
+    source = serializers.ChoiceField(choices=["python", "declared"])  # type: ignore[assignment]
     input_schema = serializers.JSONField()
     retry_policy = serializers.SerializerMethodField()
     tools = serializers.ListField(child=serializers.CharField())
@@ -218,4 +219,4 @@ class ProblemSerializer(serializers.Serializer):
     detail = serializers.CharField()
     code = serializers.CharField(help_text="Stable machine-readable code.")
     instance = serializers.CharField(required=False, help_text="The request path.")
-    errors = ProblemErrorSerializer(many=True, required=False)
+    errors = ProblemErrorSerializer(many=True, required=False)  # type: ignore[assignment]

@@ -9,6 +9,7 @@ answers with the run as the command left it (202; 201 for a new run).
 from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied
+from django.http import HttpResponse
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -73,7 +74,7 @@ class RunStartApi(IdempotentMixin, APIView):
             **problems(*AUTH_CODES, *BODY_CODES, *IDEMPOTENCY_CODES[1:], "unknown_agent"),
         },
     )
-    def post(self, request: Request) -> Response:
+    def post(self, request: Request) -> HttpResponse:
         require_perm(request.user, START)
         self.idempotency_key(request)
         data = validated(self.InputSerializer, request.data)
@@ -124,7 +125,7 @@ class RunResumeApi(IdempotentMixin, APIView):
             ),
         },
     )
-    def post(self, request: Request, run_id: str) -> Response:
+    def post(self, request: Request, run_id: str) -> HttpResponse:
         user = request.user
         run = run_get_for_user(user=user, run_id=run_id)
         if not (user.has_perm(ANSWER) or user.has_perm(APPROVE)):
@@ -176,7 +177,7 @@ class RunCancelApi(IdempotentMixin, APIView):
             **problems(*AUTH_CODES, *BODY_CODES, *IDEMPOTENCY_CODES, *STATE_CODES),
         },
     )
-    def post(self, request: Request, run_id: str) -> Response:
+    def post(self, request: Request, run_id: str) -> HttpResponse:
         run = run_get_for_user(user=request.user, run_id=run_id, perm=CANCEL)
         self.idempotency_key(request)
         data = validated(self.InputSerializer, request.data)
@@ -214,7 +215,7 @@ class RunRetryApi(IdempotentMixin, APIView):
             ),
         },
     )
-    def post(self, request: Request, run_id: str) -> Response:
+    def post(self, request: Request, run_id: str) -> HttpResponse:
         run = run_get_for_user(user=request.user, run_id=run_id, perm=RETRY)
         self.idempotency_key(request)
         data = validated(self.InputSerializer, request.data)

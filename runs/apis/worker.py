@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -165,7 +166,7 @@ class WorkerClaimApi(WorkerApiView):
             **problems(*WORKER_AUTH_CODES, *BODY_CODES, *KEY_CODES),
         },
     )
-    def post(self, request: Request) -> Response:
+    def post(self, request: Request) -> HttpResponse:
         self.idempotency_key(request)
         data = validated(self.InputSerializer, request.data)
 
@@ -196,7 +197,7 @@ class WorkerHeartbeatApi(WorkerApiView):
         cost = serializers.FloatField(min_value=0, required=False, allow_null=True)
 
     @_write_schema(InputSerializer, {200: HeartbeatSerializer}, "stale_worker", "not_found")
-    def post(self, request: Request, attempt_id: str) -> Response:
+    def post(self, request: Request, attempt_id: str) -> HttpResponse:
         self.idempotency_key(request)
         data = validated(self.InputSerializer, request.data)
 
@@ -231,7 +232,7 @@ class WorkerReleaseApi(WorkerApiView):
     @_write_schema(
         InputSerializer, {200: RunStateSerializer}, "stale_worker", "not_found", "invalid_state"
     )
-    def post(self, request: Request, attempt_id: str) -> Response:
+    def post(self, request: Request, attempt_id: str) -> HttpResponse:
         self.idempotency_key(request)
         data = validated(self.InputSerializer, request.data)
         return self.idempotent(
@@ -259,7 +260,7 @@ class WorkerCheckpointApi(WorkerApiView):
         state = serializers.JSONField()
 
     @_write_schema(InputSerializer, {201: CheckpointSerializer}, *FENCE_CODES)
-    def post(self, request: Request, attempt_id: str) -> Response:
+    def post(self, request: Request, attempt_id: str) -> HttpResponse:
         self.idempotency_key(request)
         data = validated(self.InputSerializer, request.data)
         return self.idempotent(
@@ -298,13 +299,14 @@ class WorkerInterruptApi(WorkerApiView):
         accepted_schema = serializers.JSONField(required=False, allow_null=True)
         expires_in = serializers.FloatField(required=False, allow_null=True)
         expires_at = serializers.DateTimeField(required=False, allow_null=True)
-        context = serializers.JSONField(required=False, allow_null=True)
+        # The metaclass takes declared fields off the class; "context" does not shadow it.
+        context = serializers.JSONField(required=False, allow_null=True)  # type: ignore[assignment]
         reason = serializers.CharField(max_length=2000, required=False, allow_blank=True)
         step_id = serializers.CharField(max_length=100, required=False, allow_blank=True)
         action = serializers.JSONField(required=False, allow_null=True)
 
     @_write_schema(InputSerializer, {201: InputRequestSerializer}, *FENCE_CODES, "stale_checkpoint")
-    def post(self, request: Request, attempt_id: str) -> Response:
+    def post(self, request: Request, attempt_id: str) -> HttpResponse:
         self.idempotency_key(request)
         data = validated(self.InputSerializer, request.data)
         return self.idempotent(
@@ -343,7 +345,7 @@ class WorkerCompleteApi(WorkerApiView):
         result = serializers.JSONField(allow_null=True)
 
     @_write_schema(InputSerializer, {200: RunStateSerializer}, *FENCE_CODES)
-    def post(self, request: Request, attempt_id: str) -> Response:
+    def post(self, request: Request, attempt_id: str) -> HttpResponse:
         self.idempotency_key(request)
         data = validated(self.InputSerializer, request.data)
         return self.idempotent(
@@ -390,7 +392,7 @@ class WorkerFailApi(WorkerApiView):
         error = FailureInput()
 
     @_write_schema(InputSerializer, {200: RunStateSerializer}, *FENCE_CODES)
-    def post(self, request: Request, attempt_id: str) -> Response:
+    def post(self, request: Request, attempt_id: str) -> HttpResponse:
         self.idempotency_key(request)
         data = validated(self.InputSerializer, request.data)
         error = dict(data["error"])

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, User
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -55,3 +57,19 @@ def wclient(db: None) -> APIClient:
 def _fast_passwords(settings: Any) -> None:
     # The personas are created with passwords; the real hasher costs ~0.2 s per user.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def keep_test_connection() -> Iterator[None]:
+    """Let a real WSGI/ASGI handler serve requests inside the test's transaction.
+
+    Handlers close "old" connections at request start and end; Django's test client
+    switches that off for its requests, and so must a test that calls a handler directly.
+    """
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    try:
+        yield
+    finally:
+        request_started.connect(close_old_connections)
+        request_finished.connect(close_old_connections)

@@ -126,3 +126,21 @@ def test_it_lets_a_script_use_a_drf_token(operator) -> None:
     script = APIClient()
     script.credentials(HTTP_AUTHORIZATION=f"Token {key}")
     assert script.get("/api/runs").status_code == 200
+
+
+def test_it_shows_tokens_and_records_in_the_admin_and_revokes_there(client) -> None:
+    from django.contrib.auth.models import User
+
+    admin = User.objects.create_superuser("root", password="pw-root")
+    client.force_login(admin)
+    secret = run("workertoken", "create", "go-3").strip()
+    token = WorkerToken.objects.get(name="go-3")
+    page = client.get("/admin/runs/workertoken/")
+    assert page.status_code == 200 and b"go-3" in page.content
+    assert (
+        token.token_hash.encode()
+        not in client.get(f"/admin/runs/workertoken/{token.pk}/change/").content
+    )
+    assert client.get("/admin/runs/idempotencyrecord/").status_code == 200
+    client.post("/admin/runs/workertoken/", {"action": "revoke", "_selected_action": [token.pk]})
+    assert post(bearer(secret), "/api/worker/claim", {"worker_id": "w"}).status_code == 401

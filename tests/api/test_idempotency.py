@@ -399,3 +399,50 @@ def test_it_keeps_worker_keys_apart_from_people(operator) -> None:
     assert again["Idempotent-Replayed"] == "true"
     assert again.json()["attempt_id"] == first.json()["attempt_id"]
     assert IdempotencyRecord.objects.get(key="claim-1").principal == "worker:w-idem"
+
+
+# Committed data: under ASGI each request gets its own connection (connections are context-local).
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_it_refuses_two_header_lines_as_a_server_delivers_them(operator) -> None:
+    from asgiref.sync import async_to_sync
+    from asgiref.testing import ApplicationCommunicator
+
+    from config.asgi import application
+    from tests.api.conftest import client_for
+
+    run = start()
+    before = snapshot(run.pk)
+    token = client_for(operator)._credentials["HTTP_AUTHORIZATION"]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": cancel_url(run),
+        "raw_path": cancel_url(run).encode(),
+        "query_string": b"",
+        "headers": [
+            (b"host", b"localhost"),
+            (b"authorization", token.encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", b"2"),
+            (b"idempotency-key", b"first"),
+            (b"idempotency-key", b"second"),
+        ],
+        "client": ("127.0.0.1", 5000),
+        "server": ("localhost", 80),
+    }
+
+    async def call() -> tuple[int, bytes]:
+        app = ApplicationCommunicator(application, scope)
+        await app.send_input({"type": "http.request", "body": b"{}", "more_body": False})
+        start_message = await app.receive_output(10)
+        body = await app.receive_output(10)
+        await app.wait(10)
+        return start_message["status"], body["body"]
+
+    status, body = async_to_sync(call)()
+    assert status == 400, body
+    assert json.loads(body)["code"] == "idempotency_key_malformed"
+    assert snapshot(run.pk) == before

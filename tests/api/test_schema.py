@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import schemathesis
-from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
-from django.db import close_old_connections
 from drf_spectacular.validation import validate_schema
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -81,15 +78,8 @@ def test_it_documents_every_error_as_a_problem(openapi: dict[str, Any]) -> None:
 
 
 @pytest.fixture
-def wsgi_app() -> Iterator[Any]:
-    # The test client does this too: a request must not close the test's connection.
-    request_started.disconnect(close_old_connections)
-    request_finished.disconnect(close_old_connections)
-    try:
-        yield get_wsgi_application()
-    finally:
-        request_started.connect(close_old_connections)
-        request_finished.connect(close_old_connections)
+def wsgi_app(keep_test_connection: None) -> Any:
+    return get_wsgi_application()
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])

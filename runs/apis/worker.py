@@ -15,6 +15,13 @@ The protocol::
     POST /api/worker/attempts/{id}/interrupt    at a hold point (then stop)
     POST /api/worker/attempts/{id}/complete | fail | release
 
+The ledger adds two routes here with the same authentication (``WorkerTokenAuthentication``
++ ``IsWorker``): ``POST /api/worker/attempts/{id}/side-effects`` ({…epochs, step_id,
+tool, idempotency_key, target, request, reversibility, compensating_action} ->
+decision act | look_up | reuse; fenced, as starting an action is an intention) and
+``POST /api/worker/side-effects/{operation_id}/outcome`` ({status,
+external_reference?, result?, error?}; never fenced: an outcome is a fact).
+
 Writes take an optional Idempotency-Key (scoped to the worker token's name): a
 worker that lost a response retries with the same key and gets the same answer
 instead of a ``stale_worker`` for its own earlier success.

@@ -133,3 +133,38 @@ def test_it_lets_either_cancel_or_complete_win_but_never_both(operator, round_: 
         assert complete.status_code == 200
         assert cancel.status_code == 409 and cancel.json()["code"] == "invalid_state"
         assert final.status == "succeeded" and final.cancel_epoch == 0
+
+
+def test_it_lets_only_the_current_lease_holder_write_when_old_and_new_race(operator) -> None:
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from runs.models import Checkpoint
+
+    run = start()
+    old_worker, new_worker = worker_client("w-old"), worker_client("w-new")
+    old = post(old_worker, "/api/worker/claim", {"worker_id": "old"}).json()
+    # The old worker stalls past its lease (moved in the DB: PostgreSQL's clock decides).
+    Attempt.objects.filter(pk=old["attempt_id"]).update(
+        lease_expires_at=timezone.now() - dt.timedelta(seconds=1)
+    )
+    services.leases_expire()
+    new = post(new_worker, "/api/worker/claim", {"worker_id": "new"}).json()
+
+    def checkpoint(client: Any, lease: dict[str, Any], step: str) -> Any:
+        body = {
+            "lease_epoch": lease["lease_epoch"],
+            "cancel_epoch": lease["cancel_epoch"],
+            "step": step,
+            "state": {},
+        }
+        return post(client, f"/api/worker/attempts/{lease['attempt_id']}/checkpoint", body)
+
+    stale, current = race(
+        lambda: checkpoint(old_worker, old, "from-old"),
+        lambda: checkpoint(new_worker, new, "from-new"),
+    )
+    assert stale.status_code == 409 and stale.json()["code"] == "stale_worker"
+    assert current.status_code == 201
+    assert list(Checkpoint.objects.filter(run=run).values_list("step", flat=True)) == ["from-new"]

@@ -202,6 +202,9 @@ HOLDPOINT_LEASE_SECONDS = env_float("HOLDPOINT_LEASE_SECONDS", 60.0, minimum=1.0
 HOLDPOINT_INPUT_EXPIRES_SECONDS = env_int("HOLDPOINT_INPUT_EXPIRES_SECONDS", 86400, minimum=1)
 # A lost lease starts a new attempt automatically at most this many times in a row.
 HOLDPOINT_MAX_LEASE_LOSSES = env_int("HOLDPOINT_MAX_LEASE_LOSSES", 3, minimum=1)
+# Events and checkpoints of runs finished longer ago than this are purged by the sweep
+# (0 keeps them forever). Live runs are never touched.
+HOLDPOINT_HISTORY_RETENTION_DAYS = env_int("HOLDPOINT_HISTORY_RETENTION_DAYS", 90, minimum=0)
 HOLDPOINT_IDEMPOTENCY_RETENTION_SECONDS = env_int(
     "HOLDPOINT_IDEMPOTENCY_RETENTION_SECONDS", 86400, minimum=60
 )

@@ -18,13 +18,9 @@ from ledger.services._common import (
 )
 from ledger.tools import ActionFailed, OutcomeUnknown, ToolResult, can_compensate, get_tool
 from runs.errors import HoldpointError
-from runs.services._base import UserLike, actor_for
+from runs.services._base import UserLike, actor_for, user_or_none
 
 S = SideEffectStatus
-
-
-def _user_or_none(user: UserLike) -> Any:
-    return user if user is not None and user.is_authenticated else None
 
 
 @transaction.atomic(durable=True)
@@ -78,7 +74,7 @@ def side_effect_reconcile(
         effect.external_reference = reference
     effect.resolution = outcome
     effect.resolution_note = note
-    effect.resolved_by = _user_or_none(user)
+    effect.resolved_by = user_or_none(user)
     effect.resolved_actor = actor[:200]
     effect.resolved_at = now
     effect.save()
@@ -138,7 +134,7 @@ def _compensation_start(*, operation_id: str, user: UserLike, actor: str) -> Sid
     effect.compensation_started_at = now
     effect.compensation_ended_at = None
     effect.compensation_actor = actor[:200]
-    effect.compensated_by = _user_or_none(user)
+    effect.compensated_by = user_or_none(user)
     effect.save()
     emit(
         run,

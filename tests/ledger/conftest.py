@@ -26,7 +26,7 @@ class Receiver:
 
     def __init__(self) -> None:
         self.mode = "ok"
-        self.slow_seconds = 1.5
+        self.slow_seconds = 1.0
         self.performed: Counter[str] = Counter()  # the work done, per key
         self.received: Counter[str] = Counter()  # POSTs received, per key
         self.lookups: Counter[str] = Counter()
@@ -127,7 +127,9 @@ def receiver(settings: Any) -> Iterator[Receiver]:
     server = _Server(("127.0.0.1", 0), _handler(receiver))
     host, port = server.server_address[:2]
     receiver.base = f"http://{host}:{port}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     settings.HOLDPOINT_WEBHOOK_LOOKUP_URL = receiver.lookup_template
     settings.HOLDPOINT_WEBHOOK_TIMEOUT_SECONDS = 0.3

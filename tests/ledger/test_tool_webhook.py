@@ -41,7 +41,7 @@ def test_a_timeout_is_unknown_and_is_never_retried_silently(receiver: Receiver) 
     started = time.monotonic()
     with pytest.raises(OutcomeUnknown):
         get_tool("webhook").execute({"url": receiver.url(), "body": {}}, "key-slow")
-    assert time.monotonic() - started < 1.2  # gave up at the timeout, did not wait it out
+    assert time.monotonic() - started < 0.9  # gave up at the timeout, did not wait it out
     assert receiver.received["key-slow"] == 1
     # The slow receiver still did the work: exactly why the outcome is "unknown".
     receiver.wait_performed("key-slow")

@@ -2,26 +2,26 @@
 
 Control API (session or token auth): reads need ``runs.view_run`` (an outsider gets
 404 for a run or a side effect, 403 for a collection); reconcile and compensate need
-``runs.retry_run``, the permission that decides whether a run goes on.
+``runs.retry_run``, the permission that decides whether a run goes on, and an
+``Idempotency-Key`` like the other control operations.
 
-Worker API: ``begin`` and ``outcome`` call the same services as the in-process
-worker, so both obey the same fence and the same decision table.
+Worker API (worker token, ``Authorization: Bearer hpw_…``): ``begin`` and ``outcome``
+call the same services as the in-process worker, so both obey the same fence and
+the same decision table; like every worker write they take an optional
+``Idempotency-Key``, so a worker that lost an answer gets the same one again.
 
-Until the shared API machinery of issue 3 is on main, three things are interim here
-and named so in ``LedgerApiView`` and ``WorkerApiView``: errors are rendered by a
-small local problem+json handler, POSTs take no ``Idempotency-Key``, and the worker
-endpoints accept a staff user's session or token instead of a worker token.
+Errors are ``application/problem+json`` (``runs.problems``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from django.db.models import QuerySet
+from django.http import HttpResponse
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.exceptions import ValidationError
-from rest_framework.pagination import CursorPagination
-from rest_framework.permissions import IsAdminUser, IsAuthenticated
+from rest_framework.generics import ListAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -35,80 +35,23 @@ from ledger.selectors import (
     side_effects_for_run,
     side_effects_for_user,
 )
-from runs.errors import HoldpointError
+from runs.apis.base import (
+    AUTH_CODES,
+    BODY_CODES,
+    IDEMPOTENCY_CODES,
+    idempotency_key_parameter,
+    pointers_under,
+    problems,
+    require_perm,
+    validated,
+)
+from runs.apis.idempotency import IdempotentMixin
+from runs.apis.reads import Cursor, QueryValidated
+from runs.apis.worker import KEY_CODES, WORKER_AUTH_CODES, WorkerApiView
 from runs.selectors import RETRY, VIEW, run_get_for_user
+from runs.serializers import UtcDateTimeField
 
-PROBLEM_CONTENT_TYPE = "application/problem+json"
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return str(value)
-
-
-def problem(exc: HoldpointError, request: Request) -> Response:
-    body = {
-        "type": f"urn:holdpoint:problem:{exc.code}",
-        "title": exc.code.replace("_", " ").capitalize(),
-        "status": exc.status,
-        "detail": exc.detail,
-        "code": exc.code,
-        "instance": request.path,
-        **_jsonable(exc.extra),
-    }
-    return Response(body, status=exc.status, content_type=PROBLEM_CONTENT_TYPE)
-
-
-def validated(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
-    """Validate ``data``; a failure is a 422 ``invalid_input`` with a pointer per field."""
-    serializer = serializer_class(data=data)
-    try:
-        serializer.is_valid(raise_exception=True)
-    except ValidationError as exc:
-        detail = exc.detail if isinstance(exc.detail, dict) else {"": exc.detail}
-        errors = [
-            {"pointer": f"/{field}" if field != "non_field_errors" else "/", "message": str(msg)}
-            for field, messages in detail.items()
-            for msg in (messages if isinstance(messages, list) else [messages])
-        ]
-        raise HoldpointError(
-            "invalid_input",
-            "The request body is not valid: "
-            + "; ".join(f"{e['pointer']}: {e['message']}" for e in errors),
-            errors=errors,
-        ) from None
-    return dict(serializer.validated_data)
-
-
-class LedgerApiView(APIView):
-    """Base of the control endpoints.
-
-    Interim (issue 3): ``HoldpointError`` is rendered here; once ``runs.problems`` is
-    DRF's exception handler this override goes.
-    """
-
-    permission_classes = [IsAuthenticated]
-
-    def handle_exception(self, exc: Exception) -> Response:
-        if isinstance(exc, HoldpointError):
-            return problem(exc, self.request)
-        return super().handle_exception(exc)
-
-
-class WorkerApiView(LedgerApiView):
-    """Base of the worker endpoints.
-
-    Interim (issue 3): a staff user's session or DRF token stands in for a worker
-    token (``WorkerTokenAuthentication`` / ``IsWorker``); the fence is checked by the
-    service either way.
-    """
-
-    permission_classes = [IsAuthenticated, IsAdminUser]
+TAGS = ["side effects"]
 
 
 # --- Representations --------------------------------------------------------------------------
@@ -126,7 +69,7 @@ class ResolutionSerializer(serializers.Serializer):
     outcome = serializers.ChoiceField(choices=Resolution.choices)
     by = serializers.CharField()
     note = serializers.CharField()
-    at = serializers.DateTimeField()
+    at = UtcDateTimeField()
 
 
 class CompensationSerializer(serializers.Serializer):
@@ -135,8 +78,8 @@ class CompensationSerializer(serializers.Serializer):
     result = serializers.JSONField(allow_null=True)
     error = serializers.JSONField(allow_null=True)
     by = serializers.CharField(allow_null=True)
-    started_at = serializers.DateTimeField(allow_null=True)
-    ended_at = serializers.DateTimeField(allow_null=True)
+    started_at = UtcDateTimeField(allow_null=True)
+    ended_at = UtcDateTimeField(allow_null=True)
     in_progress = serializers.BooleanField()
 
 
@@ -157,9 +100,9 @@ class SideEffectSerializer(serializers.Serializer):
     error = serializers.JSONField(allow_null=True)
     late = serializers.BooleanField(help_text="Reported by a worker that no longer held the run.")
     compensating_action = serializers.JSONField(allow_null=True)
-    time = serializers.DateTimeField(help_text="When the outcome was known, else when it began.")
-    created_at = serializers.DateTimeField()
-    outcome_at = serializers.DateTimeField(allow_null=True)
+    time = UtcDateTimeField(help_text="When the outcome was known, else when it began.")
+    created_at = UtcDateTimeField()
+    outcome_at = UtcDateTimeField(allow_null=True)
     outcome_by = serializers.CharField(allow_null=True)
     approved_by = serializers.CharField(allow_null=True)
     approval_comment = serializers.CharField(allow_null=True, allow_blank=True)
@@ -193,8 +136,11 @@ def effect_data(effect: SideEffect) -> dict[str, Any]:
 # --- Control API: reads -----------------------------------------------------------------------
 
 
-@extend_schema(tags=["side effects"], responses={200: SideEffectSerializer(many=True)})
-class RunSideEffectListApi(LedgerApiView):
+@extend_schema(
+    tags=TAGS,
+    responses={200: SideEffectSerializer(many=True), **problems(*AUTH_CODES, "not_found")},
+)
+class RunSideEffectListApi(APIView):
     """Every side effect of the run, in the order they began."""
 
     def get(self, request: Request, run_id: str) -> Response:
@@ -203,20 +149,17 @@ class RunSideEffectListApi(LedgerApiView):
         return Response(SideEffectSerializer(rows, many=True).data)
 
 
-@extend_schema(tags=["side effects"], responses={200: ReportSerializer})
-class RunReportApi(LedgerApiView):
+@extend_schema(tags=TAGS, responses={200: ReportSerializer, **problems(*AUTH_CODES, "not_found")})
+class RunReportApi(APIView):
     """What the run did to the world: unknown, cannot be undone, happened, compensated,
-    did not happen — in that order, with counts, references and approvers."""
+    did not happen — in that order, with counts, references and who approved."""
 
     def get(self, request: Request, run_id: str) -> Response:
         run = run_get_for_user(user=request.user, run_id=run_id)
         return Response(ReportSerializer(report_for_run(run.pk)).data)
 
 
-class SideEffectCursor(CursorPagination):
-    page_size = 50
-    page_size_query_param = "page_size"
-    max_page_size = 200
+class SideEffectCursor(Cursor):
     ordering = ("-created_at", "-operation_id")
 
     def get_ordering(self, request: Request, queryset: Any, view: Any) -> tuple[str, ...]:
@@ -226,9 +169,12 @@ class SideEffectCursor(CursorPagination):
         return self.ordering
 
 
-class SideEffectListApi(LedgerApiView):
-    """Side effects across runs, newest first; ``status=needs_reconciliation`` gives the
+class SideEffectListApi(QueryValidated, ListAPIView):
+    """Side effects across runs, newest first. ``status=needs_reconciliation`` is the
     reconciliation queue (unknown, and pending with no live worker), oldest first."""
+
+    serializer_class = SideEffectSerializer
+    pagination_class = SideEffectCursor
 
     class QuerySerializer(serializers.Serializer):
         status = serializers.ChoiceField(
@@ -237,24 +183,35 @@ class SideEffectListApi(LedgerApiView):
         cursor = serializers.CharField(required=False)
         page_size = serializers.IntegerField(min_value=1, max_value=200, required=False)
 
+        class Meta:
+            ref_name = "SideEffectListQuery"
+
     @extend_schema(
-        tags=["side effects"],
+        tags=TAGS,
         parameters=[QuerySerializer],
-        responses={200: SideEffectSerializer(many=True)},
+        responses={
+            200: SideEffectSerializer(many=True),
+            **problems(*AUTH_CODES, "invalid_input"),
+        },
     )
-    def get(self, request: Request) -> Response:
-        if not request.user.has_perm(VIEW):
-            raise HoldpointError("permission_denied", "You do not have the view_run permission.")
-        query = validated(self.QuerySerializer, request.query_params)
-        effects = side_effects_for_user(user=request.user, status=query.get("status"))
-        paginator = SideEffectCursor()
-        page = paginator.paginate_queryset(effects, request, view=self) or []
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self) -> QuerySet[SideEffect]:
+        require_perm(self.request.user, VIEW)
+        query = self.query(self.request)
+        return side_effects_for_user(user=self.request.user, status=query.get("status"))
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        page = self.paginate_queryset(self.get_queryset()) or []
         rows = side_effect_rows(list(page))
-        return paginator.get_paginated_response(SideEffectSerializer(rows, many=True).data)
+        return self.get_paginated_response(SideEffectSerializer(rows, many=True).data)
 
 
-@extend_schema(tags=["side effects"], responses={200: SideEffectSerializer})
-class SideEffectDetailApi(LedgerApiView):
+@extend_schema(
+    tags=TAGS, responses={200: SideEffectSerializer, **problems(*AUTH_CODES, "not_found")}
+)
+class SideEffectDetailApi(APIView):
     def get(self, request: Request, operation_id: str) -> Response:
         effect = side_effect_get_for_user(user=request.user, operation_id=operation_id)
         return Response(effect_data(effect))
@@ -263,58 +220,77 @@ class SideEffectDetailApi(LedgerApiView):
 # --- Control API: reconcile and compensate ----------------------------------------------------
 
 
-class SideEffectReconcileApi(LedgerApiView):
-    """Settle an unknown (or stale pending) side effect: it happened, or it did not."""
+class SideEffectReconcileApi(IdempotentMixin, APIView):
+    """Settle an unknown (or stale pending) side effect: it happened, or it did not.
+
+    Until every unsettled effect of a run is settled, the run cannot be retried."""
 
     class InputSerializer(serializers.Serializer):
         outcome = serializers.ChoiceField(choices=Resolution.choices)
         external_reference = serializers.CharField(
             max_length=500, required=False, allow_blank=True, allow_null=True
         )
-        note = serializers.CharField(max_length=2000, help_text="Why: what was checked.")
+        note = serializers.CharField(max_length=2000, help_text="What was checked, and how.")
 
         class Meta:
             ref_name = "SideEffectReconcileInput"
 
     @extend_schema(
-        tags=["side effects"],
+        tags=TAGS,
+        operation_id="side_effects_reconcile",
         request=InputSerializer,
+        parameters=[idempotency_key_parameter(required=True)],
         responses={
             200: SideEffectSerializer,
-            409: OpenApiResponse(description="invalid_state: already settled, or in progress"),
+            **problems(*AUTH_CODES, *BODY_CODES, *IDEMPOTENCY_CODES, "not_found", "invalid_state"),
         },
     )
-    def post(self, request: Request, operation_id: str) -> Response:
+    def post(self, request: Request, operation_id: str) -> HttpResponse:
         effect = side_effect_get_for_user(user=request.user, operation_id=operation_id, perm=RETRY)
+        self.idempotency_key(request)
         data = validated(self.InputSerializer, request.data)
-        effect = services.side_effect_reconcile(
-            operation_id=effect.operation_id,
-            outcome=data["outcome"],
-            external_reference=data.get("external_reference") or None,
-            note=data["note"],
-            user=request.user,
-        )
-        return Response(effect_data(effect))
+
+        def execute() -> Response:
+            settled = services.side_effect_reconcile(
+                operation_id=effect.operation_id,
+                outcome=data["outcome"],
+                external_reference=data.get("external_reference") or None,
+                note=data["note"],
+                user=request.user,
+            )
+            return Response(effect_data(settled))
+
+        return self.idempotent(request, execute)
 
 
-class SideEffectCompensateApi(LedgerApiView):
+class SideEffectCompensateApi(IdempotentMixin, APIView):
     """Undo a confirmed, reversible or compensable side effect with its tool's
-    compensating action (its own idempotency key: trying again is harmless)."""
+    compensating action, under the effect's own compensation key (so trying again
+    after a failure is harmless). An irreversible effect is refused."""
 
     @extend_schema(
-        tags=["side effects"],
+        tags=TAGS,
+        operation_id="side_effects_compensate",
         request=None,
+        parameters=[idempotency_key_parameter(required=True)],
         responses={
             200: SideEffectSerializer,
-            409: OpenApiResponse(description="invalid_state: irreversible, not confirmed, busy"),
+            **problems(*AUTH_CODES, *BODY_CODES, *IDEMPOTENCY_CODES, "not_found", "invalid_state"),
         },
     )
-    def post(self, request: Request, operation_id: str) -> Response:
+    def post(self, request: Request, operation_id: str) -> HttpResponse:
         effect = side_effect_get_for_user(user=request.user, operation_id=operation_id, perm=RETRY)
-        effect = services.side_effect_compensate(
-            operation_id=effect.operation_id, user=request.user
+        self.idempotency_key(request)
+        return self.idempotent(
+            request,
+            lambda: Response(
+                effect_data(
+                    services.side_effect_compensate(
+                        operation_id=effect.operation_id, user=request.user
+                    )
+                )
+            ),
         )
-        return Response(effect_data(effect))
 
 
 # --- Worker API -------------------------------------------------------------------------------
@@ -332,10 +308,11 @@ class BeginSerializer(serializers.Serializer):
 class WorkerSideEffectBeginApi(WorkerApiView):
     """Before acting: write the intent (fenced) or learn what the ledger already knows.
 
-    ``act``: do it now, passing ``idempotency_key``; ``look_up``: ask the external
-    system by key first; ``reuse``: it was done, here is its result. 409
+    ``act``: do it now, passing ``idempotency_key`` to the external system;
+    ``look_up``: ask the external system by that key first, act only if it has no
+    record; ``reuse``: it was done, here are its result and reference. 409
     ``side_effect_unknown``: fail the attempt with that class; 409
-    ``approval_required``: ask for an approval of this step first.
+    ``approval_required``: raise an approval hold point for this step first.
     """
 
     class InputSerializer(serializers.Serializer):
@@ -344,13 +321,20 @@ class WorkerSideEffectBeginApi(WorkerApiView):
         step_id = serializers.CharField(max_length=100)
         tool = serializers.CharField(max_length=100)
         target = serializers.CharField(max_length=500)
-        request = serializers.JSONField()
+        request = serializers.JSONField(help_text="What the tool is asked to do (an object).")
         reversibility = serializers.ChoiceField(
-            choices=Reversibility.choices, required=False, allow_null=True
+            choices=Reversibility.choices,
+            required=False,
+            allow_null=True,
+            help_text="Default: the tool's own.",
         )
         compensating_action = serializers.JSONField(required=False, allow_null=True)
         idempotency_key = serializers.CharField(
-            max_length=240, required=False, allow_null=True, trim_whitespace=False
+            max_length=240,
+            required=False,
+            allow_null=True,
+            trim_whitespace=False,
+            help_text="Default: derived from run, step and tool (recommended).",
         )
 
         class Meta:
@@ -358,46 +342,62 @@ class WorkerSideEffectBeginApi(WorkerApiView):
 
     @extend_schema(
         tags=["worker"],
+        operation_id="worker_side_effects_begin",
         request=InputSerializer,
+        parameters=[idempotency_key_parameter(required=False)],
         responses={
             200: BeginSerializer,
-            409: OpenApiResponse(
-                description="stale_after_cancel, stale_worker, side_effect_unknown, "
-                "approval_required"
+            **problems(
+                *WORKER_AUTH_CODES,
+                *BODY_CODES,
+                *KEY_CODES,
+                "stale_after_cancel",
+                "stale_worker",
+                "not_found",
+                "side_effect_unknown",
+                "approval_required",
+                "invalid_state",
             ),
         },
     )
-    def post(self, request: Request, attempt_id: str) -> Response:
+    def post(self, request: Request, attempt_id: str) -> HttpResponse:
+        self.idempotency_key(request)
         data = validated(self.InputSerializer, request.data)
-        begin = services.side_effect_begin(
-            attempt_id=attempt_id,
-            lease_epoch=data["lease_epoch"],
-            cancel_epoch=data["cancel_epoch"],
-            step_id=data["step_id"],
-            tool=data["tool"],
-            target=data["target"],
-            request=data["request"],
-            reversibility=data.get("reversibility"),
-            compensating_action=data.get("compensating_action"),
-            idempotency_key=data.get("idempotency_key"),
-        )
-        return Response(
-            BeginSerializer(
-                {
-                    "decision": begin.decision,
-                    "operation_id": begin.operation_id,
-                    "idempotency_key": begin.idempotency_key,
-                    "result": begin.result,
-                    "external_reference": begin.external_reference,
-                    "reversibility": begin.reversibility,
-                }
-            ).data
-        )
+
+        def execute() -> Response:
+            with pointers_under("/request"):
+                begin = services.side_effect_begin(
+                    attempt_id=attempt_id,
+                    lease_epoch=data["lease_epoch"],
+                    cancel_epoch=data["cancel_epoch"],
+                    step_id=data["step_id"],
+                    tool=data["tool"],
+                    target=data["target"],
+                    request=data["request"],
+                    reversibility=data.get("reversibility"),
+                    compensating_action=data.get("compensating_action"),
+                    idempotency_key=data.get("idempotency_key"),
+                )
+            return Response(
+                BeginSerializer(
+                    {
+                        "decision": begin.decision,
+                        "operation_id": begin.operation_id,
+                        "idempotency_key": begin.idempotency_key,
+                        "result": begin.result,
+                        "external_reference": begin.external_reference,
+                        "reversibility": begin.reversibility,
+                    }
+                ).data
+            )
+
+        return self.idempotent(request, execute)
 
 
 class WorkerSideEffectOutcomeApi(WorkerApiView):
     """After acting: record what happened. Never fenced: an outcome from a worker that
-    lost its lease or whose run was cancelled is recorded too, flagged ``late``."""
+    lost its lease, or whose run was cancelled or finished, is recorded too, flagged
+    ``late`` (send the epochs of your lease so that the ledger can tell)."""
 
     class InputSerializer(serializers.Serializer):
         status = serializers.ChoiceField(choices=["confirmed", "failed", "unknown"])
@@ -412,16 +412,30 @@ class WorkerSideEffectOutcomeApi(WorkerApiView):
         class Meta:
             ref_name = "WorkerSideEffectOutcomeInput"
 
-    @extend_schema(tags=["worker"], request=InputSerializer, responses={200: SideEffectSerializer})
-    def post(self, request: Request, operation_id: str) -> Response:
+    @extend_schema(
+        tags=["worker"],
+        operation_id="worker_side_effects_outcome",
+        request=InputSerializer,
+        parameters=[idempotency_key_parameter(required=False)],
+        responses={
+            200: SideEffectSerializer,
+            **problems(*WORKER_AUTH_CODES, *BODY_CODES, *KEY_CODES, "not_found"),
+        },
+    )
+    def post(self, request: Request, operation_id: str) -> HttpResponse:
+        self.idempotency_key(request)
         data = validated(self.InputSerializer, request.data)
-        effect = services.side_effect_record_outcome(
-            operation_id=operation_id,
-            status=data["status"],
-            external_reference=data.get("external_reference") or None,
-            result=data.get("result"),
-            error=data.get("error"),
-            lease_epoch=data.get("lease_epoch"),
-            cancel_epoch=data.get("cancel_epoch"),
-        )
-        return Response(effect_data(effect))
+
+        def execute() -> Response:
+            effect = services.side_effect_record_outcome(
+                operation_id=operation_id,
+                status=data["status"],
+                external_reference=data.get("external_reference") or None,
+                result=data.get("result"),
+                error=data.get("error"),
+                lease_epoch=data.get("lease_epoch"),
+                cancel_epoch=data.get("cancel_epoch"),
+            )
+            return Response(effect_data(effect))
+
+        return self.idempotent(request, execute)

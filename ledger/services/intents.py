@@ -205,7 +205,9 @@ def side_effect_begin(
             validate(request)
         except ActionFailed as exc:
             raise HoldpointError(
-                "invalid_input", f"{tool}: {exc.message}", errors=[exc.as_error()]
+                "invalid_input",
+                f"{tool}: {exc.message}",
+                errors=[{"pointer": "/", "message": exc.message}],
             ) from None
     if idempotency_key is not None:
         check_supplied_key(idempotency_key)

@@ -62,7 +62,7 @@ def side_effect_reconcile(
             "invalid_state",
             detail,
             operation_id=effect.operation_id,
-            status=effect.status,
+            side_effect_status=effect.status,
             resolved_by=effect.resolved_actor or None,
             resolved_at=effect.resolved_at.isoformat() if effect.resolved_at else None,
         )
@@ -106,7 +106,7 @@ def _compensation_start(*, operation_id: str, user: UserLike, actor: str) -> Sid
             "invalid_state",
             f"Only an effect that happened can be compensated; this one is {effect.status}.",
             operation_id=effect.operation_id,
-            status=effect.status,
+            side_effect_status=effect.status,
         )
     tool = get_tool(effect.tool)
     if not can_compensate(tool):

@@ -14,6 +14,9 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
+# The real WSGI handler may serve requests inside a test's transaction (schemathesis).
+from tests.api.conftest import keep_test_connection  # noqa: F401
+
 
 class Receiver:
     """A well-behaved idempotent HTTP API: the first POST with a key does the work, a
@@ -153,3 +156,9 @@ def config_dir(settings: Any, tmp_path: Path) -> Path:
 def mailbox(mailoutbox: list[Any]) -> list[Any]:
     """Django's locmem outbox (pytest-django switches the test run to the locmem backend)."""
     return mailoutbox
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings: Any) -> None:
+    # The personas are created with passwords; the real hasher costs ~0.2 s per user.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -173,9 +173,10 @@ def side_effect_record_outcome(
 
 @dataclass(frozen=True)
 class LookUp:
-    """What asking the tool by idempotency key gave: ``not_found`` means act now."""
+    """What asking the tool by idempotency key gave: ``not_found`` means act now;
+    ``already_recorded``: the effect was no longer pending, nothing was asked."""
 
-    outcome: Literal["confirmed", "failed", "unknown", "not_found", "settled"]
+    outcome: Literal["confirmed", "failed", "unknown", "not_found", "already_recorded"]
     side_effect: SideEffect
 
 
@@ -196,7 +197,7 @@ def side_effect_look_up(
     if effect is None:
         raise HoldpointError("not_found", f"There is no side effect {operation_id!r}.")
     if effect.status != S.PENDING:
-        return LookUp("settled", effect)
+        return LookUp("already_recorded", effect)
     tool = get_tool(effect.tool)
     record = functools.partial(
         side_effect_record_outcome,

@@ -153,3 +153,16 @@ def test_it_refuses_bad_reports(kwargs: dict, code: str, config_dir: Path) -> No
     with pytest.raises(HoldpointError) as exc:
         ledger.side_effect_record_outcome(**kwargs)
     assert exc.value.code == code
+
+
+def test_look_up_of_an_effect_that_is_no_longer_pending_asks_nothing(config_dir: Path) -> None:
+    start()
+    effect = ledger.side_effect_perform(
+        **epochs(claim()),
+        step_id="rotate",
+        tool="config_store",
+        target="app",
+        request={"document": "app", "content": {}},
+    ).side_effect
+    looked = ledger.side_effect_look_up(operation_id=effect.operation_id)
+    assert looked.outcome == "already_recorded" and looked.side_effect.status == "confirmed"

@@ -12,6 +12,7 @@ finds the answer to its question and the ledger finds the side effect it already
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -20,9 +21,18 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from runs import services
+from runs.errors import HoldpointError
 from runs.schemas import canonical_json
-from runtime.control import AttemptControl, HoldPointReached
-from runtime.sdk import Approval, CostBudgetExceeded, Done, Next
+from runtime.control import AttemptControl, HoldPointReached, SideEffectUnknown
+from runtime.sdk import (
+    Approval,
+    ApprovalDenied,
+    Confirmed,
+    CostBudgetExceeded,
+    Done,
+    Next,
+    SideEffectFailed,
+)
 from runtime.selectors import Answer
 
 logger = logging.getLogger("runtime")
@@ -42,6 +52,15 @@ def to_json(value: Any, what: str) -> Any:
 
 def fingerprint(value: Any) -> str:
     return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:16]
+
+
+def _tool_reversibility(name: str) -> str:
+    from ledger.tools import get_tool
+
+    try:
+        return str(get_tool(name).reversibility)
+    except HoldpointError:
+        return ""
 
 
 class Context:
@@ -192,6 +211,8 @@ class Context:
             )
         if step_id in self._lease.approvals:
             return Approval(approved=True, comment="Approved when the run was started.")
+        if tool and not reversibility:
+            reversibility = _tool_reversibility(tool)
         self._hold(
             kind="auth_required",
             step_id=step_id,
@@ -242,6 +263,176 @@ class Context:
             cost=self._control.cost_arg(),
         )
         raise HoldPointReached(request.id)
+
+    # Side effects ---------------------------------------------------------------------
+
+    def side_effect(
+        self,
+        tool: str,
+        target: str,
+        request: dict[str, Any],
+        *,
+        compensate: dict[str, Any] | None = None,
+        reversibility: str | None = None,
+        key: str | None = None,
+    ) -> Confirmed:
+        """Act on the world through the ledger; return the confirmed outcome.
+
+        The intent is written to the ledger (and committed) before the tool acts, with an
+        idempotency key the tool passes on. When the step runs again (resume, retry, a
+        crash), the same call finds the record: a confirmed effect is reused, never
+        repeated; one left pending is looked up by its key first. An irreversible tool
+        (e-mail, a plain webhook) asks for approval first unless the run was started
+        with it (``approvals=[step_id]``); a denial raises ``ApprovalDenied``.
+        ``compensate`` says how to undo this call (it declares an irreversible tool's call
+        ``compensable``). An outcome nobody can tell stops the run (``side_effect_unknown``);
+        a refusal raises ``SideEffectFailed``.
+        """
+        from ledger import services as ledger
+        from ledger.tools import ActionFailed, OutcomeUnknown, get_tool
+
+        self.check()
+        step_id = self._key(tool, key)
+        the_tool = get_tool(tool)
+        if (
+            reversibility is None
+            and compensate is not None
+            and the_tool.reversibility == "irreversible"
+        ):
+            reversibility = "compensable"
+        request = to_json(request, "side-effect request")
+        try:
+            begin = self._control.write(
+                ledger.side_effect_begin,
+                step_id=step_id,
+                tool=tool,
+                target=target,
+                request=request,
+                reversibility=reversibility,
+                compensating_action=to_json(compensate, "compensating action"),
+            )
+        except HoldpointError as exc:
+            if exc.code == "side_effect_unknown":
+                raise SideEffectUnknown(
+                    exc.detail, operation_id=str(exc.extra.get("operation_id", ""))
+                ) from exc
+            if exc.code == "approval_required":
+                self._approval_for_irreversible(step_id, tool, target, request, exc)
+            raise
+        if begin.decision == "reuse":
+            return Confirmed(
+                operation_id=begin.operation_id,
+                external_reference=begin.external_reference,
+                result=begin.result,
+                decision="reuse",
+            )
+        record = functools.partial(
+            ledger.side_effect_record_outcome,
+            operation_id=begin.operation_id,
+            lease_epoch=self._lease.lease_epoch,
+            cancel_epoch=self._lease.cancel_epoch,
+        )
+        if begin.decision == "look_up":
+            # An earlier attempt wrote the intent and vanished: ask the external system
+            # what became of the key before doing anything.
+            try:
+                outcome = the_tool.lookup(begin.idempotency_key)
+            except OutcomeUnknown as exc:
+                record(status="unknown", error=exc.as_error())
+                raise SideEffectUnknown(
+                    f"{tool} on {target}: {exc.message}", operation_id=begin.operation_id
+                ) from exc
+            if outcome is not None:
+                effect = record(
+                    status=outcome.status,
+                    external_reference=outcome.external_reference or None,
+                    result=outcome.result,
+                    error=outcome.error,
+                )
+                return self._settled(effect, tool, target, "look_up")
+        # "act", or a look-up that found no record: the action did not happen; do it now,
+        # with the key that was recorded before it.
+        try:
+            done = the_tool.execute(request, begin.idempotency_key)
+        except ActionFailed as exc:
+            effect = record(status="failed", error=exc.as_error())
+        except OutcomeUnknown as exc:
+            effect = record(status="unknown", error=exc.as_error())
+        except Exception as exc:
+            # A failure inside the tool once it may have started: nobody can tell what it did.
+            logger.exception("attempt %s: %s on %s raised", self.attempt_id, tool, target)
+            effect = record(
+                status="unknown", error={"type": type(exc).__name__, "message": str(exc)[:2000]}
+            )
+        else:
+            effect = record(
+                status="confirmed",
+                external_reference=done.external_reference,
+                result=done.result,
+            )
+        return self._settled(effect, tool, target, begin.decision)
+
+    def _settled(self, effect: Any, tool: str, target: str, decision: str) -> Confirmed:
+        """Turn the recorded effect into the step's answer (or the step's end)."""
+        # The outcome is recorded whoever we are now; if the lease went meanwhile, stop here.
+        self.check()
+        if effect.status in ("confirmed", "compensation_failed"):
+            return Confirmed(
+                operation_id=effect.operation_id,
+                external_reference=effect.external_reference,
+                result=effect.result,
+                decision=decision,
+            )
+        message = (effect.error or {}).get("message") if isinstance(effect.error, dict) else None
+        if effect.status == "failed":
+            raise SideEffectFailed(
+                f"{tool} on {target} failed: {message or 'refused'}",
+                operation_id=effect.operation_id,
+                error=effect.error,
+            )
+        raise SideEffectUnknown(
+            f"{tool} on {target}: {message or 'the outcome is unknown'}",
+            operation_id=effect.operation_id,
+        )
+
+    def _approval_for_irreversible(
+        self, step_id: str, tool: str, target: str, request: Any, exc: HoldpointError
+    ) -> None:
+        """The ledger wants an approval for this irreversible call: use the answer to this
+        step's question if there is one, else ask (the same hold point as ``approve``)."""
+        answer = self._answers.get(step_id)
+        if answer is not None and answer.kind == "auth_required":
+            value = answer.value or {}
+            approval = Approval(
+                approved=value.get("decision") == "approve",
+                comment=value.get("comment", ""),
+                answered_by=answer.answered_by,
+                request_id=answer.request_id,
+            )
+            if approval.denied:
+                raise ApprovalDenied(
+                    f"{tool} on {target} was denied"
+                    + (f" by {approval.answered_by}" if approval.answered_by else "")
+                    + (f": {approval.comment}" if approval.comment else "."),
+                    approval=approval,
+                )
+            raise exc  # Approved, yet the ledger refuses: let the attempt fail and say so.
+        self._hold(
+            kind="auth_required",
+            step_id=step_id,
+            prompt=f"Approve {tool} on {target}? It cannot be undone.",
+            accepted_schema=None,
+            expires_in=None,
+            context=None,
+            reason=exc.detail,
+            action={
+                "tool": tool,
+                "action": tool,
+                "target": target,
+                "change": request,
+                "reversibility": "irreversible",
+            },
+        )
 
     # Observations ---------------------------------------------------------------------
 

@@ -44,6 +44,17 @@ class LeaseLost(Unwind):
     without writing anything more (outcomes of external actions excepted)."""
 
 
+class SideEffectUnknown(Unwind):
+    """Whether an external action happened is unknown. The attempt fails with class
+    ``side_effect_unknown`` and automatic retries stop until it is reconciled; an agent
+    cannot catch this and carry on as if it knew."""
+
+    def __init__(self, message: str, *, operation_id: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.operation_id = operation_id
+
+
 class AttemptControl:
     """The shared, thread-safe state of one attempt while a worker holds its lease."""
 

@@ -36,6 +36,7 @@ from runtime.control import (
     CancelRequested,
     HoldPointReached,
     LeaseLost,
+    SideEffectUnknown,
 )
 from runtime.heartbeat import Heartbeater
 from runtime.sdk import Agent, Done, Next, StepError
@@ -145,6 +146,8 @@ class _Attempt:
             )
             try:
                 result = agent.steps[step](ctx, to_json(state, "state"))
+            except SideEffectUnknown as exc:
+                return self._fail("side_effect_unknown", "SideEffectUnknown", exc.message)
             except StepError as exc:
                 return self._fail_from(exc, exc.failure_class)
             except HoldpointError as exc:

@@ -32,11 +32,13 @@ __all__ = [
     "Agent",
     "Approval",
     "ApprovalDenied",
+    "Confirmed",
     "Context",
     "Deterministic",
     "Done",
     "Next",
     "RetryPolicy",
+    "SideEffectFailed",
     "StepFunction",
     "Transient",
 ]
@@ -106,6 +108,31 @@ class ApprovalDenied(StepError):
     def __init__(self, message: str, *, approval: Approval) -> None:
         super().__init__(message)
         self.approval = approval
+
+
+class SideEffectFailed(StepError):
+    """The external system refused the action: it certainly did not happen. Classified by
+    the agent's policy (transient unless ``"SideEffectFailed"`` is ``non_retryable``); a
+    retry acts again with the same idempotency key."""
+
+    def __init__(self, message: str, *, operation_id: str, error: Any = None) -> None:
+        super().__init__(message)
+        self.operation_id = operation_id
+        self.error = error
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """What ``ctx.side_effect`` returns: the confirmed outcome as the ledger recorded it.
+
+    ``decision`` says how it was reached: ``act`` (done now), ``look_up`` (an earlier
+    attempt did it; the external system confirmed) or ``reuse`` (already recorded).
+    """
+
+    operation_id: str
+    external_reference: str
+    result: Any
+    decision: str
 
 
 class CostBudgetExceeded(Deterministic):

@@ -8,6 +8,7 @@ hundred bytes written with O_APPEND is not interleaved with other writers.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -15,8 +16,11 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+from ledger.tools import Outcome as LedgerOutcome
+from ledger.tools import OutcomeUnknown, ToolResult, register_tool
 from runtime.sdk import Agent, Context, Done, Next, RetryPolicy
 
 POLICY = RetryPolicy(
@@ -139,3 +143,78 @@ quick = Agent(name="proc-quick", retry=POLICY)
 @quick.step("only")
 def only(ctx: Context, state: dict[str, Any]) -> Next | Done:
     return ctx.done({"pid": os.getpid()})
+
+
+# Side effects in flight: a tool whose "external system" is a folder. ---------------------
+class FolderTool:
+    """An "external system" in a folder (``HOLDPOINT_TEST_TOOL_DIR``).
+
+    ``execute`` marks the key in progress, does the work after ``delay_before`` seconds,
+    then answers ``delay_after`` seconds later; a key already done is not done again.
+    ``lookup`` says done (confirmed), in progress (unknown) or never seen (None). Every
+    call of ``execute`` is journaled, to count repeats.
+    """
+
+    name = "folder"
+    reversibility = "reversible"
+
+    @staticmethod
+    def _paths(idempotency_key: str) -> tuple[Path, Path]:
+        folder = Path(os.environ["HOLDPOINT_TEST_TOOL_DIR"])
+        digest = hashlib.sha256(idempotency_key.encode()).hexdigest()[:16]
+        return folder / f"{digest}.inflight", folder / f"{digest}.done"
+
+    def execute(self, request: Any, idempotency_key: str) -> ToolResult:
+        inflight, done = self._paths(idempotency_key)
+        with open(inflight.parent / "executions.log", "a", encoding="utf-8") as fh:
+            fh.write(f"{idempotency_key} {os.getpid()}\n")
+        if not done.exists():
+            inflight.write_text(str(os.getpid()))
+            time.sleep(float(request.get("delay_before", 0)))
+            done.write_text(json.dumps({"by": os.getpid()}))
+            inflight.unlink()
+        time.sleep(float(request.get("delay_after", 0)))  # the answer is slow to come back
+        record = json.loads(done.read_text())
+        return ToolResult(external_reference=f"rec-{record['by']}", result=record)
+
+    def lookup(self, idempotency_key: str) -> LedgerOutcome | None:
+        inflight, done = self._paths(idempotency_key)
+        if done.exists():
+            record = json.loads(done.read_text())
+            return LedgerOutcome(
+                status="confirmed", external_reference=f"rec-{record['by']}", result=record
+            )
+        if inflight.exists():
+            raise OutcomeUnknown("the request with this key is still being processed")
+        return None
+
+
+register_tool(FolderTool())
+
+effects = Agent(name="proc-effect", retry=POLICY)
+
+
+@effects.step("prepare")
+def effect_prepare(ctx: Context, state: dict[str, Any]) -> Next | Done:
+    journal(ctx, "prepare")
+    return ctx.next("act", {})
+
+
+@effects.step("act")
+def effect_act(ctx: Context, state: dict[str, Any]) -> Next | Done:
+    journal(ctx, "entered")
+    written = ctx.side_effect(
+        "folder",
+        "test folder",
+        {
+            "delay_before": ctx.input.get("delay_before", 0),
+            "delay_after": ctx.input.get("delay_after", 0),
+        },
+    )
+    journal(ctx, "acted", decision=written.decision)
+    return ctx.next("finish", {"ref": written.external_reference})
+
+
+@effects.step("finish")
+def effect_finish(ctx: Context, state: dict[str, Any]) -> Next | Done:
+    return ctx.done({**state, "finished_by": os.getpid()})

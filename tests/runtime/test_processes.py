@@ -26,6 +26,7 @@ from django.conf import settings
 from django.db import connection
 
 import tests.runtime.agents  # noqa: F401 - registers the proc-* agents here too
+from ledger.models import SideEffect
 from runs import services
 from runs.models import Attempt, Checkpoint, Run, RunEvent
 from runs.states import HOLDING, TERMINAL
@@ -87,10 +88,26 @@ def entries(path: Path, event: str, **match: Any) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def spawn(transactional_db: None, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
+def tool_dir(tmp_path: Path) -> Path:
+    """The folder tool's "external system" (tests.runtime.agents.FolderTool)."""
+    path = tmp_path / "tool"
+    path.mkdir()
+    return path
+
+
+def executions(tool_dir: Path) -> list[str]:
+    log = tool_dir / "executions.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+@pytest.fixture
+def spawn(
+    transactional_db: None, tmp_path: Path, tool_dir: Path
+) -> Iterator[Callable[..., Worker]]:
     started: list[Worker] = []
     env = {
         **os.environ,
+        "HOLDPOINT_TEST_TOOL_DIR": str(tool_dir),
         "DATABASE_URL": database_url(),
         "HOLDPOINT_AGENT_MODULES": "runtime.demo_agents,tests.runtime.agents",
         "PYTHONUNBUFFERED": "1",
@@ -339,3 +356,86 @@ def test_sigterm_finishes_the_step_releases_the_lease_and_exits(spawn, journal) 
     run.refresh_from_db()
     assert run.result["by"] == staying.pid
     assert [s["step"] for s in entries(journal, "span")] == ["one", "two", "three"]
+
+
+def effect_of(run_id: str) -> SideEffect:
+    return SideEffect.objects.get(run_id=run_id)
+
+
+def test_a_side_effect_in_flight_when_its_worker_is_killed_is_looked_up_not_repeated(
+    spawn, journal, tool_dir
+) -> None:
+    doomed = spawn("doomed-fx")
+    # The action happens at once; the answer would take a minute to come back.
+    run_id = start_run("proc-effect", journal=str(journal), delay_after=60)
+    wait_for(lambda: list(tool_dir.glob("*.done")), 10, "the action to happen")
+    survivor = spawn("survivor-fx")
+    doomed.proc.send_signal(signal.SIGKILL)
+    doomed.proc.wait(5)
+    wait_for(lambda: status(run_id) == "succeeded", LEASE + 10, "the run to finish elsewhere")
+
+    run = Run.objects.get(pk=run_id)
+    assert run.result == {"ref": f"rec-{doomed.pid}", "finished_by": survivor.pid}
+    effect = effect_of(run_id)
+    assert executions(tool_dir) == [f"{effect.idempotency_key} {doomed.pid}"]
+    assert (effect.status, effect.late, effect.external_reference) == (
+        "confirmed",
+        False,
+        f"rec-{doomed.pid}",
+    )
+    # Confirmed by a look-up by key (the survivor's, or the reconciler's sweep that found
+    # the pending effect of a dead worker first), never by acting again.
+    confirmed = RunEvent.objects.get(run=run, type="side_effect.confirmed")
+    assert confirmed.actor in ("system:reconciler", "worker:survivor-fx/1")
+    (acted,) = entries(journal, "acted")
+    assert acted["pid"] == survivor.pid
+    assert acted["decision"] in ("look_up", "reuse")
+    lost, resumed = Attempt.objects.filter(run=run).order_by("number")
+    assert (lost.status, resumed.reason) == ("lost", "lease_expired")
+
+
+def test_a_frozen_worker_s_late_outcome_is_recorded_flagged_and_changes_no_run_state(
+    spawn, journal, tool_dir
+) -> None:
+    frozen = spawn("frozen-fx")
+    # The external system takes 3 s; the worker is frozen meanwhile, past its lease.
+    run_id = start_run("proc-effect", journal=str(journal), delay_before=3)
+    wait_for(lambda: list(tool_dir.glob("*.inflight")), 10, "the request to be in flight")
+    os.kill(frozen.pid, signal.SIGSTOP)
+    other = spawn("other-fx")
+    # The new worker asks the external system, which cannot tell yet: the run stops.
+    wait_for(lambda: status(run_id) == "failed", LEASE + 10, "the new worker's verdict")
+    run = Run.objects.get(pk=run_id)
+    assert run.failure_class == "side_effect_unknown"
+    assert Attempt.objects.get(run=run, number=2).worker_id == "other-fx/1"
+    assert effect_of(run_id).status == "unknown"
+
+    def run_state() -> dict[str, Any]:
+        current = Run.objects.get(pk=run_id)
+        return {
+            "status": current.status,
+            "lease_epoch": current.lease_epoch,
+            "checkpoints": list(Checkpoint.objects.filter(run=run).values_list("id", flat=True)),
+            "attempts": list(Attempt.objects.filter(run=run).values_list("id", "status")),
+        }
+
+    before = run_state()
+    os.kill(frozen.pid, signal.SIGCONT)
+    wait_for(lambda: effect_of(run_id).status == "confirmed", 10, "the late outcome")
+    wait_for(lambda: "stale_worker" in frozen.log(), 10, "the refusal of its next write")
+    effect = effect_of(run_id)
+    assert (effect.late, effect.external_reference) == (True, f"rec-{frozen.pid}")
+    assert RunEvent.objects.filter(run=run, type="side_effect.late_outcome").count() == 1
+    assert run_state() == before
+
+    # The refused worker is healthy: it stops cleanly when asked.
+    frozen.proc.send_signal(signal.SIGTERM)
+    assert frozen.proc.wait(10) == 0
+
+    # Settled by the late fact, the run may be retried; the effect is reused, not repeated.
+    services.run_retry(run_id=run_id, reason="the late outcome settled it")
+    wait_for(lambda: status(run_id) == "succeeded", 10, "the retry")
+    run.refresh_from_db()
+    assert run.result == {"ref": f"rec-{frozen.pid}", "finished_by": other.pid}
+    assert len(executions(tool_dir)) == 1
+    assert entries(journal, "acted")[-1]["decision"] == "reuse"

@@ -24,7 +24,13 @@ def describe(event: RunEvent) -> str:
         "run.failed": lambda: f"{p.get('failure_class')}: {p.get('detail', '')}",
         "request.answered": lambda: json.dumps(p.get("answer"), ensure_ascii=False),
     }.get(event.type)
-    text = detail() if detail else ""
+    if event.type.startswith("side_effect."):
+        ref = p.get("external_reference") or ""
+        text = f"{p.get('tool')} on {p.get('target')}: {p.get('status')} {ref}".strip()
+        if p.get("late"):
+            text += " (late)"
+    else:
+        text = detail() if detail else ""
     return f"{event.seq:>4} {event.type:<20} {event.actor:<28} {text}".rstrip()
 
 
@@ -36,7 +42,9 @@ def print_request(out: OutputWrapper, request: InputRequest) -> None:
         out.write(f"  context:  {json.dumps(request.context, ensure_ascii=False)}\n")
     out.write(f"  schema:   {json.dumps(request.accepted_schema, ensure_ascii=False)}\n")
     out.write(f"  expires:  {request.expires_at.isoformat()}\n")
-    example = '{"decision": "approve"}' if request.kind == "auth_required" else "'<answer as JSON>'"
+    example = "'<JSON answer>'"
+    if request.kind == "auth_required":
+        example = """'{"decision": "approve"}'"""
     out.write(
         f"  answer:   python manage.py answerrun {request.run_id} {example}\n"
         f"  or POST /api/runs/{request.run_id}/resume "

@@ -45,7 +45,7 @@ class Command(BaseCommand):
             run_resume(
                 run_id=run.id,
                 request_id=request.id,
-                checkpoint_id=request.checkpoint_id,
+                checkpoint_id=request.checkpoint_id or "",
                 value=value,
                 user=user,
                 actor=None if user else "cli",

@@ -232,6 +232,9 @@ if HOLDPOINT_WEBHOOK_LOOKUP_URL and "{idempotency_key}" not in HOLDPOINT_WEBHOOK
         "e.g. https://hooks.example.com/deliveries/{idempotency_key}."
     )
 
+# The demo accounts' password at first start of `manage.py serve` (generated when unset).
+HOLDPOINT_DEMO_PASSWORD = env_str("HOLDPOINT_DEMO_PASSWORD")
+
 LOG_FORMAT = env_choice("LOG_FORMAT", "text", ("text", "json"))
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()
 LOGGING = {

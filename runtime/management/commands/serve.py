@@ -93,7 +93,7 @@ class Command(BaseCommand):
         demo: bool,
     ) -> None:
         db = settings.DATABASES["default"]
-        store = "PostgreSQL" if "postgresql" in db["ENGINE"] else f"SQLite ({db['NAME']})"
+        store = "PostgreSQL" if "postgresql" in str(db["ENGINE"]) else f"SQLite ({db['NAME']})"
         layer = "Redis" if settings.REDIS_URL else "in-memory"
         lines = [
             "",

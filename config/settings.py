@@ -154,6 +154,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+# Outside production WhiteNoise serves straight from the app folders, no collectstatic needed.
+WHITENOISE_USE_FINDERS = not PRODUCTION
 STATICFILES_DIRS = [BASE_DIR / "static"]
 
 # --- Security -------------------------------------------------------------------------------
@@ -226,13 +229,23 @@ LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {"context": {"()": "runs.logcontext.ContextFilter"}},
     "formatters": {
         "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "config.logging.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "text"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": LOG_FORMAT,
+            "filters": ["context"],
+        }
+    },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django.db.backends": {"level": "INFO"}},
 }
+# When set, /metrics requires "Authorization: Bearer <token>".
+HOLDPOINT_METRICS_TOKEN = env_str("HOLDPOINT_METRICS_TOKEN")
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "holdpoint@localhost")

@@ -5,8 +5,12 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
+from runs.health import healthz, metrics
+
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("healthz", healthz, name="healthz"),
+    path("metrics", metrics, name="metrics"),
     # JSON API: the control API and the worker API (runs), the ledger's endpoints.
     path("api/", include("runs.api_urls")),
     path("api/", include("ledger.api_urls")),

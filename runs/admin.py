@@ -38,7 +38,15 @@ class AttemptInline(admin.TabularInline):
         "error_class",
         "error_message",
     ]
-    readonly_fields = fields
+    readonly_fields = (
+        "number",
+        "status",
+        "reason",
+        "worker_id",
+        "lease_epoch",
+        "error_class",
+        "error_message",
+    )
     show_change_link = True
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from django.db import connection, transaction
@@ -55,7 +56,7 @@ def remove_run_changed(listener: RunChangedListener) -> None:
 def _schedule_changed(run_id: str, event_type: str) -> None:
     for listener in list(_listeners):
         # robust=True: a failing push must not break the commit that already happened.
-        transaction.on_commit(lambda listener=listener: listener(run_id, event_type), robust=True)
+        transaction.on_commit(partial(listener, run_id, event_type), robust=True)
 
 
 def notify_work(agent: str) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.http import Http404
 
 from runs.models import InputRequest, Run
@@ -57,7 +57,7 @@ def runs_for_user(
 
 
 def answerable_kinds(user: Any) -> list[str]:
-    kinds = []
+    kinds: list[str] = []
     if user.has_perm(ANSWER):
         kinds.append(RequestKind.INPUT_REQUIRED)
     if user.has_perm(APPROVE):
@@ -87,7 +87,3 @@ def request_get_for_user(*, user: Any, request_id: str) -> InputRequest:
     if request is None:
         raise Http404("No such request.")
     return request
-
-
-def requests_filter(status: str | None) -> Q:
-    return Q(status=status) if status else Q()

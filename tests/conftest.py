@@ -15,6 +15,7 @@ from django.contrib.auth.models import Group, User
 from django.db import connection
 
 from runs.agents import AgentSpec, RetryPolicy, register_agent_spec, unregister_agent_spec
+from runs.groups import ensure_default_groups
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
@@ -68,6 +69,8 @@ def test_agent() -> Iterator[AgentSpec]:
 
 
 def _user(username: str, group: str | None) -> User:
+    # transactional_db tests flush the tables, groups included: make sure they exist.
+    ensure_default_groups()
     user = User.objects.create_user(username=username, password="pw-" + username)
     if group:
         user.groups.add(Group.objects.get(name=group))

@@ -4,12 +4,7 @@ from __future__ import annotations
 
 from django.db import migrations
 
-GROUPS = {
-    "viewer": ["view_run"],
-    "operator": ["view_run", "answer_run", "start_run", "cancel_run", "retry_run"],
-    "approver": ["view_run", "answer_run", "approve_run"],
-    "admin": ["view_run", "answer_run", "approve_run", "start_run", "cancel_run", "retry_run"],
-}
+from runs.groups import GROUPS, ensure_default_groups
 
 
 def create_groups(apps, schema_editor):
@@ -20,12 +15,7 @@ def create_groups(apps, schema_editor):
         app_config.models_module = True
         create_permissions(app_config, verbosity=0)
         app_config.models_module = None
-    Group = apps.get_model("auth", "Group")
-    Permission = apps.get_model("auth", "Permission")
-    for name, codenames in GROUPS.items():
-        group, _ = Group.objects.get_or_create(name=name)
-        perms = Permission.objects.filter(content_type__app_label="runs", codename__in=codenames)
-        group.permissions.add(*perms)
+    ensure_default_groups(apps.get_model("auth", "Group"), apps.get_model("auth", "Permission"))
 
 
 def remove_groups(apps, schema_editor):

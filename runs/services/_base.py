@@ -13,10 +13,16 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from runs.errors import HoldpointError
 from runs.events import append_event, notify_work
+from runs.metrics import STALE_WRITES
 from runs.models import Attempt, Checkpoint, InputRequest, Run
 from runs.states import AttemptStatus, RequestStatus
 
 UserLike = AbstractBaseUser | AnonymousUser | None
+
+
+def user_or_none(user: UserLike) -> Any:
+    """The user to store on a row (``created_by``, ``answered_by``), or None for the system."""
+    return user if user is not None and user.is_authenticated else None
 
 
 def actor_for(user: UserLike, fallback: str = "system") -> str:
@@ -54,6 +60,7 @@ def lock_for_worker_write(
     run = lock_run(run_id)
     attempt = Attempt.objects.get(pk=attempt_id)
     if cancel_epoch is not None and run.cancel_epoch != cancel_epoch:
+        STALE_WRITES.labels("stale_after_cancel").inc()
         raise HoldpointError(
             "stale_after_cancel",
             "The run was cancelled after this worker claimed it; the write was not applied.",
@@ -61,6 +68,7 @@ def lock_for_worker_write(
             given_cancel_epoch=cancel_epoch,
         )
     if run.lease_epoch != lease_epoch or attempt.lease_epoch != lease_epoch:
+        STALE_WRITES.labels("stale_worker").inc()
         raise HoldpointError(
             "stale_worker",
             "Another lease was granted after this one; the write was not applied.",
@@ -68,12 +76,14 @@ def lock_for_worker_write(
             given_lease_epoch=lease_epoch,
         )
     if attempt.status != AttemptStatus.RUNNING or run.current_attempt_id != attempt.id:
+        STALE_WRITES.labels("stale_worker").inc()
         raise HoldpointError(
             "stale_worker",
             f"The attempt is {attempt.status}; it no longer holds a lease.",
             attempt_status=attempt.status,
         )
     if attempt.lease_expires_at is not None and attempt.lease_expires_at <= now:
+        STALE_WRITES.labels("lease_expired").inc()
         raise HoldpointError(
             "stale_worker",
             "The lease ran out before this write; another worker may take the attempt.",

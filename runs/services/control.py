@@ -16,9 +16,17 @@ from runs.agents import agent_spec
 from runs.clock import db_now
 from runs.errors import HoldpointError
 from runs.events import append_event, notify_cancel
+from runs.metrics import measured
 from runs.models import Attempt, Checkpoint, InputRequest, Run
 from runs.schemas import validate_value
-from runs.services._base import UserLike, actor_for, close_pending_request, lock_run, queue_attempt
+from runs.services._base import (
+    UserLike,
+    actor_for,
+    close_pending_request,
+    lock_run,
+    queue_attempt,
+    user_or_none,
+)
 from runs.states import (
     HOLDING,
     TERMINAL,
@@ -68,6 +76,7 @@ def _answered_detail(request: InputRequest) -> dict[str, Any]:
     }
 
 
+@measured("resume")
 @transaction.atomic(durable=True)
 def run_resume(
     *,
@@ -142,7 +151,7 @@ def run_resume(
     actor = actor or actor_for(user)
     request.status = RequestStatus.ANSWERED
     request.answer = value
-    request.answered_by = user if user is not None and user.is_authenticated else None
+    request.answered_by = user_or_none(user)
     request.answered_at = now
     request.save()
     append_event(
@@ -171,6 +180,7 @@ def run_resume(
     return run
 
 
+@measured("cancel")
 @transaction.atomic(durable=True)
 def run_cancel(
     *, run_id: str, user: UserLike = None, actor: str | None = None, reason: str = ""
@@ -235,6 +245,7 @@ def run_cancel(
     return run
 
 
+@measured("retry")
 @transaction.atomic(durable=True)
 def run_retry(
     *,

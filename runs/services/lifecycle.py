@@ -20,6 +20,7 @@ from runs.agents import RetryPolicy, agent_spec
 from runs.clock import db_now
 from runs.errors import HoldpointError
 from runs.events import append_event
+from runs.metrics import measured
 from runs.models import Attempt, Checkpoint, InputRequest, Run
 from runs.schemas import APPROVAL_SCHEMA, compile_schema, validate_value
 from runs.services._base import (
@@ -32,6 +33,7 @@ from runs.services._base import (
     parse_cost,
     queue_attempt,
     set_attempt_cost,
+    user_or_none,
 )
 from runs.states import (
     AttemptReason,
@@ -70,6 +72,7 @@ class Heartbeat:
     cancel_requested: bool
 
 
+@measured("start")
 @transaction.atomic(durable=True)
 def run_start(
     *,
@@ -90,7 +93,7 @@ def run_start(
         input=input,
         approvals=list(approvals or []),
         status=RunStatus.QUEUED,
-        created_by=user if user is not None and user.is_authenticated else None,
+        created_by=user_or_none(user),
     )
     actor = actor or actor_for(user)
     append_event(run, "run.created", actor, {"agent": spec.name, "approvals": run.approvals})

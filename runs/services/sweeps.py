@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from runs.clock import db_now
 from runs.events import append_event, notify_work
+from runs.metrics import LEASE_EXPIRIES
 from runs.models import Attempt, InputRequest, Run
 from runs.services.lifecycle import expire_request_locked, fail_locked_for_lost_lease
 from runs.states import HOLDING, AttemptStatus, RequestStatus, RunStatus, next_status
@@ -67,6 +68,7 @@ def leases_expire(*, limit: int = 100) -> int:
                 continue
             fail_locked_for_lost_lease(run, attempt, now=now)
             run.save()
+            LEASE_EXPIRIES.inc()
             done += 1
     return done
 

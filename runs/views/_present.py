@@ -297,6 +297,26 @@ def answer_summary(req: InputRequest) -> str:
     return as_text(req.answer)
 
 
+def answer_rows(req: InputRequest) -> list[tuple[str, str]]:
+    """An input answer as (label, value) rows, labelled like the form that asked for it."""
+    if req.kind != RequestKind.INPUT_REQUIRED or not isinstance(req.answer, dict):
+        return []
+    schema = req.accepted_schema if isinstance(req.accepted_schema, dict) else {}
+    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    rows = []
+    for key, value in req.answer.items():
+        field = properties.get(key) if isinstance(properties.get(key), dict) else {}
+        label = str(field.get("title") or key.replace("_", " ").capitalize())
+        if isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
+            text = ", ".join(str(v) for v in value) or "—"
+        elif isinstance(value, bool):
+            text = _("yes") if value else _("no")
+        else:
+            text = as_text(value)
+        rows.append((label, text))
+    return rows
+
+
 def context_items(context: Any) -> list[tuple[str, str, bool]]:
     """(key, text, is_structured) for each context entry."""
     if not isinstance(context, dict):

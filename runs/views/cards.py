@@ -22,6 +22,7 @@ from runs.states import RequestKind, RequestStatus
 from runs.views._common import new_idempotency_key
 from runs.views._present import (
     ActionView,
+    answer_rows,
     answer_summary,
     clock,
     context_items,
@@ -85,6 +86,10 @@ class RequestCard:
     @property
     def answer_text(self) -> str:
         return answer_summary(self.req)
+
+    @property
+    def answer_rows(self) -> list[tuple[str, str]]:
+        return answer_rows(self.req)
 
     @property
     def expiry_clock(self) -> str:

@@ -7,7 +7,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from runs.models import InputRequest, Run
-from tests.dashboard.conftest import HTMX, answer
+from tests.dashboard.support import HTMX, answer
 from tests.runs.factory import interrupted, snapshot, start
 
 pytestmark = pytest.mark.django_db

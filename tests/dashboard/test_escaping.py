@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from runs import services
-from tests.dashboard.conftest import HTMX, answer, ask
+from tests.dashboard.support import HTMX, answer, ask
 from tests.runs.factory import claim, epochs, start
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from runs import services
 from runs.models import Attempt, InputRequest, Run
-from tests.dashboard.conftest import HTMX, answer, ask, card_html, hidden, text
+from tests.dashboard.support import HTMX, answer, ask, card_html, hidden, text
 from tests.runs.factory import interrupted, snapshot
 
 pytestmark = pytest.mark.django_db

@@ -12,7 +12,7 @@ from runs import services
 from runs.models import Attempt, Run, RunEvent
 from runs.services import register_retry_guard
 from runs.services.control import _retry_guards
-from tests.dashboard.conftest import HTMX, ask, text
+from tests.dashboard.support import HTMX, ask, text
 from tests.runs.factory import claim, epochs, interrupted, snapshot, start
 
 pytestmark = pytest.mark.django_db

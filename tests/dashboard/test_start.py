@@ -7,7 +7,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from runs.models import Run
-from tests.dashboard.conftest import HTMX, hidden, text
+from tests.dashboard.support import HTMX, hidden, text
 
 pytestmark = pytest.mark.django_db
 

@@ -1,4 +1,4 @@
-"""Helpers for dashboard view tests: forms as a browser would submit them."""
+"""Helpers for dashboard tests: runs stopped at hold points, forms as a browser submits them."""
 
 from __future__ import annotations
 
@@ -73,7 +73,10 @@ def ask(
     input: Any = None,
     **kw: Any,
 ) -> tuple[Any, Any, Any, Any]:
-    """A run stopped at a hold point through the real services: (run, lease, checkpoint, request)."""
+    """A run stopped at a hold point through the real services: (run, lease, checkpoint, request).
+
+    The claim takes the oldest due attempt, so call this while no other run is queued.
+    """
     run = services.run_start(agent=AGENT, input=input if input is not None else {"n": 1})
     lease = claim()
     cp = services.checkpoint_save(**epochs(lease), step="ask", state=state or {"seen": 1})

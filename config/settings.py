@@ -68,6 +68,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Under /api/: oversized or deeply nested bodies are refused before any other work.
+    "runs.problems.ApiBoundaryMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
@@ -193,12 +195,18 @@ CONTENT_SECURITY_POLICY = {
 
 # --- REST framework -------------------------------------------------------------------------
 REST_FRAMEWORK = {
+    # Token first: DRF answers 401 with the first class's WWW-Authenticate challenge
+    # (a session has none, which would turn "not logged in" into a 403).
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
         "rest_framework.authentication.TokenAuthentication",
+        "runs.authentication.CsrfSessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    # Every error is application/problem+json with a stable code (runs/problems.py).
+    "EXCEPTION_HANDLER": "runs.problems.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Holdpoint API",
@@ -216,6 +224,11 @@ HOLDPOINT_INPUT_EXPIRES_SECONDS = env_int("HOLDPOINT_INPUT_EXPIRES_SECONDS", 864
 HOLDPOINT_MAX_LEASE_LOSSES = env_int("HOLDPOINT_MAX_LEASE_LOSSES", 3, minimum=1)
 HOLDPOINT_IDEMPOTENCY_RETENTION_SECONDS = env_int(
     "HOLDPOINT_IDEMPOTENCY_RETENTION_SECONDS", 86400, minimum=60
+)
+# How long a request holding an Idempotency-Key may take before a retry with the same key
+# may take it over (its process is then presumed dead); see runs/idempotency.py.
+HOLDPOINT_IDEMPOTENCY_IN_PROGRESS_SECONDS = env_int(
+    "HOLDPOINT_IDEMPOTENCY_IN_PROGRESS_SECONDS", 60, minimum=1
 )
 HOLDPOINT_MAX_BODY_BYTES = env_int("HOLDPOINT_MAX_BODY_BYTES", 256 * 1024, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = HOLDPOINT_MAX_BODY_BYTES

@@ -11,7 +11,16 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from runs.models import Attempt, Checkpoint, DeclaredAgent, InputRequest, Run, RunEvent
+from runs.models import (
+    Attempt,
+    Checkpoint,
+    DeclaredAgent,
+    IdempotencyRecord,
+    InputRequest,
+    Run,
+    RunEvent,
+    WorkerToken,
+)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -111,3 +120,31 @@ class DeclaredAgentAdmin(admin.ModelAdmin):
 
     list_display = ["name", "description", "created_at"]
     search_fields = ["name"]
+
+
+@admin.register(WorkerToken)
+class WorkerTokenAdmin(ReadOnlyAdmin):
+    """Tokens are created with ``manage.py workertoken create`` (the secret is shown once)."""
+
+    list_display = ["name", "prefix", "created_at", "last_used_at", "revoked_at"]
+    list_filter = ["revoked_at"]
+    search_fields = ["name", "prefix"]
+    exclude = ["token_hash"]
+    actions = ["revoke"]
+
+    def has_revoke_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("runs.change_workertoken")
+
+    @admin.action(description="Revoke the selected tokens", permissions=["revoke"])
+    def revoke(self, request: HttpRequest, queryset: Any) -> None:
+        from django.utils import timezone
+
+        queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
+@admin.register(IdempotencyRecord)
+class IdempotencyRecordAdmin(ReadOnlyAdmin):
+    list_display = ["principal", "key", "method", "path", "state", "response_status", "expires_at"]
+    list_filter = ["state", "method"]
+    search_fields = ["principal", "key", "path"]
+    exclude = ["response_body"]

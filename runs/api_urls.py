@@ -1,5 +1,68 @@
+"""Routes of the control API and the worker API (mounted under ``/api/``).
+
+The ledger adds its own under the same prefix (``ledger.api_urls``):
+``/api/runs/{id}/side-effects``, ``/report``, ``/api/side-effects/…`` and
+``/api/worker/attempts/{id}/side-effects``, ``/api/worker/side-effects/{op}/outcome``.
+"""
+
 from __future__ import annotations
 
-from django.urls import URLPattern, URLResolver
+from django.urls import URLPattern, URLResolver, path
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework.permissions import AllowAny
 
-urlpatterns: list[URLPattern | URLResolver] = []
+from runs.apis import control, reads, worker
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path(
+        "schema",
+        SpectacularAPIView.as_view(permission_classes=[AllowAny], authentication_classes=[]),
+        name="api-schema",
+    ),
+    path("agents", reads.AgentListApi.as_view(), name="api-agents"),
+    path("runs", control.RunCollectionApi.as_view(), name="api-runs"),
+    path("runs/<str:run_id>", reads.RunDetailApi.as_view(), name="api-run"),
+    path("runs/<str:run_id>/attempts", reads.RunAttemptListApi.as_view(), name="api-run-attempts"),
+    path("runs/<str:run_id>/events", reads.RunEventListApi.as_view(), name="api-run-events"),
+    path(
+        "runs/<str:run_id>/checkpoints",
+        reads.RunCheckpointListApi.as_view(),
+        name="api-run-checkpoints",
+    ),
+    path("runs/<str:run_id>/resume", control.RunResumeApi.as_view(), name="api-run-resume"),
+    path("runs/<str:run_id>/cancel", control.RunCancelApi.as_view(), name="api-run-cancel"),
+    path("runs/<str:run_id>/retry", control.RunRetryApi.as_view(), name="api-run-retry"),
+    path("input-requests", reads.InputRequestListApi.as_view(), name="api-input-requests"),
+    # The worker API: worker tokens only.
+    path("worker/claim", worker.WorkerClaimApi.as_view(), name="api-worker-claim"),
+    path(
+        "worker/attempts/<str:attempt_id>/heartbeat",
+        worker.WorkerHeartbeatApi.as_view(),
+        name="api-worker-heartbeat",
+    ),
+    path(
+        "worker/attempts/<str:attempt_id>/release",
+        worker.WorkerReleaseApi.as_view(),
+        name="api-worker-release",
+    ),
+    path(
+        "worker/attempts/<str:attempt_id>/checkpoint",
+        worker.WorkerCheckpointApi.as_view(),
+        name="api-worker-checkpoint",
+    ),
+    path(
+        "worker/attempts/<str:attempt_id>/interrupt",
+        worker.WorkerInterruptApi.as_view(),
+        name="api-worker-interrupt",
+    ),
+    path(
+        "worker/attempts/<str:attempt_id>/complete",
+        worker.WorkerCompleteApi.as_view(),
+        name="api-worker-complete",
+    ),
+    path(
+        "worker/attempts/<str:attempt_id>/fail",
+        worker.WorkerFailApi.as_view(),
+        name="api-worker-fail",
+    ),
+]

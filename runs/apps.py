@@ -6,3 +6,10 @@ from django.apps import AppConfig
 class RunsConfig(AppConfig):
     name = "runs"
     verbose_name = "Runs"
+
+    def ready(self) -> None:
+        from runs.idempotency import idempotency_records_purge
+        from runs.services import register_sweep
+
+        # Expired Idempotency-Key records, and in-progress ones whose caller died.
+        register_sweep("idempotency_records", idempotency_records_purge)

@@ -239,3 +239,81 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}#{self.seq} {self.type}"
+
+
+class IdempotencyRecord(models.Model):
+    """The first answer to an ``Idempotency-Key``, kept so that a repeat gets it again.
+
+    Keys are scoped to the principal that sent them (``user:<pk>``, ``worker:<name>``).
+    The unique constraint on (principal, key) decides who is first: the winner's
+    INSERT commits before its work starts, everyone else's fails and reads the row.
+    ``locked_until`` is the in-progress lease: a record still in progress after it
+    belongs to a caller that crashed, and the next request with the key takes over.
+    """
+
+    class State(models.TextChoices):
+        IN_PROGRESS = "in_progress", "In progress"
+        COMPLETED = "completed", "Completed"
+
+    principal = models.CharField(max_length=200)
+    key = models.CharField(max_length=255)
+    # sha256 of method, path and the canonical JSON body: the same key for another request is a 422.
+    fingerprint = models.CharField(max_length=64)
+    method = models.CharField(max_length=10)
+    path = models.CharField(max_length=2000)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.IN_PROGRESS)
+    # Who holds the in-progress lease; only the holder may store the response.
+    owner = models.CharField(max_length=32, blank=True)
+    locked_until = models.DateTimeField(null=True, blank=True)
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_body = models.BinaryField(null=True, blank=True)
+    response_content_type = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField()
+    completed_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["principal", "key"], name="idempotency_principal_key")
+        ]
+        indexes = [
+            # Serves the purge sweep: WHERE expires_at <= now (and in-progress leases run out).
+            models.Index(fields=["expires_at"], name="idempotency_expiry_idx"),
+            models.Index(
+                fields=["locked_until"],
+                name="idempotency_in_progress_idx",
+                condition=Q(state="in_progress"),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.principal} {self.key}"
+
+
+class WorkerToken(models.Model):
+    """A credential for the worker API. Only the SHA-256 of the secret is stored.
+
+    ``python manage.py workertoken create NAME`` prints the secret once. A revoked
+    token stays for the record; a new token may then take the same name.
+    """
+
+    name = models.SlugField(max_length=100)
+    # sha256 hex of the whole token; tokens carry 256 random bits, so a plain hash is enough.
+    token_hash = models.CharField(max_length=64, unique=True)
+    # The first characters of the token, to tell tokens apart in listings.
+    prefix = models.CharField(max_length=16)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["name"],
+                condition=Q(revoked_at__isnull=True),
+                name="workertoken_active_name_uniq",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name

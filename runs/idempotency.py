@@ -1,0 +1,353 @@
+"""Idempotency keys for POST requests (DESIGN.md section 6), independent of any framework.
+
+The DRF mixin (``runs.apis.idempotency.IdempotentMixin``) and the dashboard's forms
+both call ``idempotent_call``; the rules live here once.
+
+How "in progress" is made durable without a transaction held across the work:
+
+1. **Claim.** The first request INSERTs an ``in_progress`` record in its own short,
+   committed transaction. The unique constraint on (principal, key) decides who is
+   first: on PostgreSQL a concurrent INSERT of the same key waits for the winner's
+   commit and then fails; the loser reads the committed row under a row lock.
+2. **Work.** The service runs in its own (durable) transaction, outside any
+   transaction of ours, so its on-commit signals fire as usual.
+3. **Store.** The response is written to the record, but only by the caller that
+   still holds the record (``owner``), in one UPDATE. A response with status 5xx is
+   not stored: the record is deleted, so a retry with the same key runs again.
+
+A process that dies between 1 and 3 leaves an ``in_progress`` record. Its
+in-progress lease (``locked_until``, ``HOLDPOINT_IDEMPOTENCY_IN_PROGRESS_SECONDS``)
+then runs out: the next request with the key takes the record over and runs, and
+the ``idempotency_records`` sweep deletes such orphans, so after a sweep no
+in-progress record outlives its lease. If the crash fell between the service's
+commit and step 3, the retry runs the service again: the control operations are
+compare-and-set, so it is refused with the 409 that says what happened
+(``request_mismatch`` "already answered by …", ``invalid_state``), never applied
+twice. ``POST /api/runs`` is the one call that could then create a second run;
+that window is one UPDATE long.
+
+Completed records live ``HOLDPOINT_IDEMPOTENCY_RETENTION_SECONDS`` (24 h by
+default); the sweep removes them after that, and an expired record that is still
+there counts as absent.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+import math
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+
+from runs.clock import db_now
+from runs.errors import HoldpointError
+from runs.models import IdempotencyRecord
+from runs.schemas import canonical_json
+
+logger = logging.getLogger(__name__)
+
+HEADER = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotent-Replayed"
+MAX_KEY_LENGTH = 255
+
+State = IdempotencyRecord.State
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    """A response as the client received it: replayed byte for byte."""
+
+    status: int
+    body: bytes
+    content_type: str
+
+
+def retention_seconds() -> int:
+    return int(settings.HOLDPOINT_IDEMPOTENCY_RETENTION_SECONDS)
+
+
+def in_progress_seconds() -> float:
+    return float(getattr(settings, "HOLDPOINT_IDEMPOTENCY_IN_PROGRESS_SECONDS", 60))
+
+
+def principal_for_user(user: Any) -> str:
+    """The scope of a person's keys: two people never share a key."""
+    return f"user:{user.pk}"
+
+
+def principal_for_worker(name: str) -> str:
+    return f"worker:{name}"
+
+
+def request_fingerprint(*, method: str, path: str, body: Any) -> str:
+    """sha256 of method, path and canonical JSON body (key order and whitespace do not count)."""
+    raw = "\x00".join([method.upper(), path, canonical_json(body)])
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
+
+
+# --- The header ------------------------------------------------------------------------------
+
+
+def _malformed(why: str) -> HoldpointError:
+    return HoldpointError(
+        "idempotency_key_malformed",
+        f"The {HEADER} header is malformed: {why}. Send one key of 1 to {MAX_KEY_LENGTH} "
+        'printable ASCII characters, bare or as a quoted string ("abc").',
+    )
+
+
+def _split_members(value: str) -> list[str]:
+    """Split a field value on the commas that separate list members (RFC 9110 5.6.1).
+
+    Servers join repeated header lines with commas before Django sees them, so two
+    ``Idempotency-Key`` lines arrive as one value with two members.
+    """
+    members: list[str] = []
+    current: list[str] = []
+    in_quotes = escaped = False
+    for char in value:
+        if in_quotes:
+            current.append(char)
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_quotes = False
+        elif char == '"':
+            in_quotes = True
+            current.append(char)
+        elif char == ",":
+            members.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    members.append("".join(current))
+    return [m.strip(" \t") for m in members]
+
+
+def _unquote(member: str) -> str:
+    """Parse an RFC 8941 sf-string (``"abc"``, with ``\\"`` and ``\\\\`` escapes)."""
+    chars: list[str] = []
+    index = 1
+    while index < len(member):
+        char = member[index]
+        if char == "\\":
+            if index + 1 >= len(member) or member[index + 1] not in '"\\':
+                raise _malformed("a backslash may only escape a quote or a backslash")
+            chars.append(member[index + 1])
+            index += 2
+            continue
+        if char == '"':
+            if index != len(member) - 1:
+                raise _malformed("nothing may follow the closing quote")
+            return "".join(chars)
+        chars.append(char)
+        index += 1
+    raise _malformed("the quoted string is not closed")
+
+
+def parse_idempotency_key(header_values: list[str]) -> str:
+    """Return the key carried by the ``Idempotency-Key`` header lines ``header_values``.
+
+    Raises ``idempotency_key_missing`` when there is none and ``idempotency_key_malformed``
+    when it is not exactly one key of 1-255 printable ASCII characters. The quoted
+    structured-field form ``"abc"`` is the same key as ``abc``.
+    """
+    if not header_values:
+        raise HoldpointError(
+            "idempotency_key_missing",
+            f"This operation needs an {HEADER} header: a fresh random key per operation, "
+            "sent again unchanged when you retry it.",
+        )
+    members = [m for value in header_values for m in _split_members(value)]
+    if len(members) != 1:
+        raise _malformed("it carries more than one key")
+    member = members[0]
+    key = _unquote(member) if member.startswith('"') else member
+    if not key:
+        raise _malformed("the key is empty")
+    if len(key) > MAX_KEY_LENGTH:
+        raise _malformed(f"the key is longer than {MAX_KEY_LENGTH} characters")
+    if not all(" " <= char <= "~" for char in key):
+        raise _malformed("the key contains characters other than printable ASCII")
+    return key
+
+
+# --- The record --------------------------------------------------------------------------------
+
+
+def _claim(
+    *, principal: str, key: str, fingerprint: str, method: str, path: str
+) -> str | StoredResponse:
+    """Take the key for this request (return the owner token) or return the stored response.
+
+    Runs in its own committed transaction, so that the record says "in progress" to
+    every other process before the work starts.
+    """
+    owner = secrets.token_hex(16)
+    with transaction.atomic(durable=True):
+        now = db_now()
+        locked_until = now + dt.timedelta(seconds=in_progress_seconds())
+        fresh = {
+            "fingerprint": fingerprint,
+            "method": method.upper()[:10],
+            "path": path[:2000],
+            "state": State.IN_PROGRESS,
+            "owner": owner,
+            "locked_until": locked_until,
+            "response_status": None,
+            "response_body": None,
+            "response_content_type": "",
+            "created_at": now,
+            "completed_at": None,
+            "expires_at": now + dt.timedelta(seconds=retention_seconds()),
+        }
+        try:
+            # The savepoint lets the transaction go on after a lost race for the key.
+            with transaction.atomic():
+                IdempotencyRecord.objects.create(principal=principal, key=key, **fresh)
+            return owner
+        except IntegrityError:
+            pass
+        # Someone was first. The row lock orders us after any takeover in flight.
+        record = (
+            IdempotencyRecord.objects.select_for_update()
+            .filter(principal=principal, key=key)
+            .first()
+        )
+        if record is None or record.expires_at <= now:
+            # Purged or expired since: the key is free again. (A purge between our failed
+            # INSERT and this read is the only way to get None; we insert anew.)
+            if record is None:
+                try:
+                    with transaction.atomic():
+                        IdempotencyRecord.objects.create(principal=principal, key=key, **fresh)
+                except IntegrityError:
+                    raise HoldpointError(
+                        "idempotency_in_progress",
+                        "Another request with this key has just started; send it again.",
+                        retry_after=1,
+                    ) from None
+            else:
+                for name, value in fresh.items():
+                    setattr(record, name, value)
+                record.save()
+            return owner
+        if record.fingerprint != fingerprint:
+            raise HoldpointError(
+                "idempotency_key_reused",
+                f"This {HEADER} was already used for a different request "
+                f"({record.method} {record.path}); use a new key for a new operation.",
+                first_request={"method": record.method, "path": record.path},
+            )
+        if record.state == State.COMPLETED:
+            assert record.response_status is not None
+            return StoredResponse(
+                status=record.response_status,
+                body=bytes(record.response_body or b""),
+                content_type=record.response_content_type,
+            )
+        assert record.locked_until is not None
+        if record.locked_until > now:
+            wait = max(1, math.ceil((record.locked_until - now).total_seconds()))
+            raise HoldpointError(
+                "idempotency_in_progress",
+                "The first request with this key is still being processed; "
+                f"send it again in {wait} s to get its answer.",
+                retry_after=wait,
+            )
+        # The first caller held the key past its in-progress lease: it crashed. Take over.
+        logger.warning(
+            "idempotency: taking over %s key %r, in progress since %s",
+            principal,
+            key,
+            record.created_at.isoformat(),
+        )
+        record.owner = owner
+        record.locked_until = locked_until
+        record.save(update_fields=["owner", "locked_until"])
+        return owner
+
+
+def _store(*, principal: str, key: str, owner: str, response: StoredResponse) -> None:
+    stored = IdempotencyRecord.objects.filter(
+        principal=principal, key=key, owner=owner, state=State.IN_PROGRESS
+    ).update(
+        state=State.COMPLETED,
+        response_status=response.status,
+        response_body=response.body,
+        response_content_type=response.content_type,
+        completed_at=db_now(),
+        locked_until=None,
+    )
+    if not stored:
+        # Our in-progress lease ran out and another request took the key over (or the
+        # sweep removed it). That request answers for the key from now on.
+        logger.warning("idempotency: %s key %r was taken over before it completed", principal, key)
+
+
+def _release(*, principal: str, key: str, owner: str) -> None:
+    IdempotencyRecord.objects.filter(
+        principal=principal, key=key, owner=owner, state=State.IN_PROGRESS
+    ).delete()
+
+
+def idempotent_call(
+    *,
+    principal: str,
+    key: str,
+    method: str,
+    path: str,
+    body: Any,
+    execute: Callable[[], StoredResponse],
+) -> tuple[StoredResponse, bool]:
+    """Run ``execute`` at most once per (principal, key); return (response, replayed).
+
+    ``execute`` returns the response to keep, refusals included (a 409 from a
+    service is the answer to that request and is replayed as such). It must not be
+    called inside a transaction: it runs after the record's own commit. When it
+    raises, or answers 5xx, nothing is stored and the key is free again.
+
+    Raises ``HoldpointError``: ``idempotency_key_reused`` (422) when the key was used
+    for a different method, path or body; ``idempotency_in_progress`` (409, with
+    ``extra["retry_after"]`` seconds) while the first request is still running.
+    """
+    fingerprint = request_fingerprint(method=method, path=path, body=body)
+    claimed = _claim(
+        principal=principal, key=key, fingerprint=fingerprint, method=method, path=path
+    )
+    if isinstance(claimed, StoredResponse):
+        return claimed, True
+    owner = claimed
+    try:
+        response = execute()
+    except BaseException:
+        _release(principal=principal, key=key, owner=owner)
+        raise
+    if response.status >= 500:
+        _release(principal=principal, key=key, owner=owner)
+    else:
+        _store(principal=principal, key=key, owner=owner, response=response)
+    return response, False
+
+
+def idempotency_records_purge(*, limit: int = 100) -> int:
+    """Delete expired records and in-progress records whose lease ran out (their caller
+    crashed). Registered as the ``idempotency_records`` sweep; returns how many went."""
+    now = db_now()
+    stale = Q(expires_at__lte=now) | Q(state=State.IN_PROGRESS, locked_until__lt=now)
+    # Deletes are cheap and records many: take ten times a sweep's usual batch.
+    ids = list(IdempotencyRecord.objects.filter(stale).values_list("pk", flat=True)[: limit * 10])
+    if not ids:
+        return 0
+    # The condition again: a record taken over since the read has a new lease and stays.
+    deleted, _ = IdempotencyRecord.objects.filter(stale, pk__in=ids).delete()
+    return deleted

@@ -1,0 +1,103 @@
+"""Declare agents served by HTTP workers in other languages, so ``POST /api/runs`` accepts them.
+
+    python manage.py agent declare triage --input-schema triage.schema.json \
+        --retry-policy policy.json --tools webhook,email --description "Ticket triage"
+    python manage.py agent list
+    python manage.py agent remove triage
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.validators import validate_slug
+
+from runs.agents import RetryPolicy, all_agent_specs, python_agent_specs
+from runs.errors import HoldpointError
+from runs.models import DeclaredAgent
+from runs.schemas import compile_schema
+
+
+def _read_json(path: str, what: str) -> Any:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CommandError(f"Cannot read the {what} {path!r}: {exc.strerror}.") from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise CommandError(f"The {what} {path!r} is not JSON: {exc}.") from None
+
+
+class Command(BaseCommand):
+    help = "Declare, list or remove agents served by HTTP workers."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True)
+        declare = sub.add_parser("declare", help="Declare (or update) an agent by name.")
+        declare.add_argument("name")
+        declare.add_argument("--input-schema", metavar="FILE", help="JSON Schema of the input.")
+        declare.add_argument(
+            "--retry-policy", metavar="FILE", help="JSON object: RetryPolicy fields."
+        )
+        declare.add_argument("--tools", default="", help="Comma-separated tool names.")
+        declare.add_argument("--description", default="")
+        remove = sub.add_parser("remove", help="Remove a declared agent (its runs stay).")
+        remove.add_argument("name")
+        sub.add_parser("list", help="List Python and declared agents.")
+
+    def handle(self, *args: Any, action: str, **options: Any) -> None:
+        if action == "declare":
+            self._declare(options)
+        elif action == "remove":
+            deleted, _ = DeclaredAgent.objects.filter(name=options["name"]).delete()
+            if not deleted:
+                raise CommandError(f"There is no declared agent named {options['name']!r}.")
+            self.stdout.write(f"Removed agent {options['name']!r}.")
+        else:
+            for spec in all_agent_specs():
+                self.stdout.write(f"{spec.name:<30} {spec.source:<9} {spec.description}")
+
+    def _declare(self, options: dict[str, Any]) -> None:
+        name = options["name"]
+        try:
+            validate_slug(name)
+        except ValidationError:
+            raise CommandError(
+                f"{name!r} is not a valid agent name; use letters, digits, - and _."
+            ) from None
+        if any(spec.name == name for spec in python_agent_specs()):
+            raise CommandError(
+                f"A Python agent named {name!r} is registered; a declaration would never be used."
+            )
+        input_schema: dict[str, Any] = {}
+        if options["input_schema"]:
+            input_schema = _read_json(options["input_schema"], "input schema")
+            try:
+                compile_schema(input_schema)
+            except HoldpointError as exc:
+                raise CommandError(exc.detail) from None
+        retry_policy: dict[str, Any] = {}
+        if options["retry_policy"]:
+            retry_policy = _read_json(options["retry_policy"], "retry policy")
+            if not isinstance(retry_policy, dict):
+                raise CommandError("The retry policy must be a JSON object.")
+            try:
+                RetryPolicy.from_dict(retry_policy)
+            except (TypeError, ValueError) as exc:
+                raise CommandError(f"The retry policy is not valid: {exc}.") from None
+        tools = [t.strip() for t in options["tools"].split(",") if t.strip()]
+        _, created = DeclaredAgent.objects.update_or_create(
+            name=name,
+            defaults={
+                "input_schema": input_schema,
+                "retry_policy": retry_policy,
+                "tools": tools,
+                "description": options["description"],
+            },
+        )
+        self.stdout.write(f"{'Declared' if created else 'Updated'} agent {name!r}.")

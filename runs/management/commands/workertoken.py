@@ -1,0 +1,66 @@
+"""Worker tokens for the worker API: create (printed once), revoke, list."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.validators import validate_slug
+
+from runs.authentication import worker_token_create, worker_token_revoke
+from runs.models import WorkerToken
+
+
+class Command(BaseCommand):
+    help = "Manage worker tokens: create NAME (prints the token once), revoke NAME, list."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True)
+        create = sub.add_parser(
+            "create", help="Create a token; it is printed once, only its hash is kept."
+        )
+        create.add_argument("name", help="A name for the worker (letters, digits, - and _).")
+        revoke = sub.add_parser("revoke", help="Revoke the active token of NAME.")
+        revoke.add_argument("name")
+        sub.add_parser("list", help="List tokens, active and revoked.")
+
+    def handle(self, *args: Any, action: str, **options: Any) -> None:
+        if action == "create":
+            name = options["name"]
+            try:
+                validate_slug(name)
+            except ValidationError:
+                raise CommandError(
+                    f"{name!r} is not a valid name; use letters, digits, - and _."
+                ) from None
+            try:
+                token, secret = worker_token_create(name=name)
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
+            self.stderr.write(
+                f"Created worker token {token.name!r}. Store it now: it is not shown again."
+            )
+            self.stdout.write(secret)
+        elif action == "revoke":
+            if not worker_token_revoke(name=options["name"]):
+                raise CommandError(f"There is no active worker token named {options['name']!r}.")
+            self.stdout.write(f"Revoked worker token {options['name']!r}.")
+        else:
+            tokens = WorkerToken.objects.order_by("name", "-created_at")
+            if not tokens:
+                self.stdout.write("No worker tokens.")
+                return
+            self.stdout.write(
+                f"{'NAME':<24} {'PREFIX':<12} {'CREATED':<20} {'LAST USED':<20} STATE"
+            )
+            for token in tokens:
+                self.stdout.write(
+                    f"{token.name:<24} {token.prefix:<12} {_when(token.created_at):<20} "
+                    f"{_when(token.last_used_at):<20} "
+                    + (f"revoked {_when(token.revoked_at)}" if token.revoked_at else "active")
+                )
+
+
+def _when(value: Any) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value else "-"

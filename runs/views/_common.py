@@ -10,7 +10,9 @@ with the same key and body gets the recorded outcome back instead of acting agai
 from __future__ import annotations
 
 import functools
+import json
 import secrets
+import time
 import zoneinfo
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +29,12 @@ from django.utils.translation import gettext as _
 from django_htmx.middleware import HtmxDetails
 
 from runs.errors import HoldpointError
+from runs.idempotency import (
+    StoredResponse,
+    idempotent_call,
+    parse_idempotency_key,
+    principal_for_user,
+)
 from runs.selectors import VIEW
 
 TZ_COOKIE = "tz"
@@ -77,11 +85,18 @@ def new_idempotency_key() -> str:
 
 
 def form_key(request: HttpRequest) -> str | None:
-    """The form's idempotency key, or None when it is missing or malformed."""
-    key = request.POST.get(KEY_FIELD, "")
-    if not 1 <= len(key) <= 255 or not all(32 < ord(c) < 127 for c in key):
+    """The form's idempotency key, or None when it is missing or malformed.
+
+    The same rules as the ``Idempotency-Key`` header of the API (one key, 1-255
+    printable ASCII characters).
+    """
+    values = request.POST.getlist(KEY_FIELD)
+    if len(values) != 1:
         return None
-    return key
+    try:
+        return parse_idempotency_key(values)
+    except HoldpointError:
+        return None
 
 
 def safe_next(request: HttpRequest, fallback: str) -> str:
@@ -147,6 +162,11 @@ def run_service(call: Callable[[], dict[str, Any] | None]) -> Outcome:
     return Outcome(ok=True, extra=extra)
 
 
+# How long a repeat waits for the first request with its key to finish (a double click
+# without JavaScript sends the second POST while the first is still being processed).
+IN_PROGRESS_WAITS = (0.05, 0.1, 0.2, 0.4, 0.8, 1.0)
+
+
 def perform_once(
     request: HttpRequest,
     *,
@@ -154,11 +174,39 @@ def perform_once(
     body: dict[str, Any],
     call: Callable[[], dict[str, Any] | None],
 ) -> tuple[Outcome, bool]:
-    """Run ``call`` once per (user, key): a repeat with the same key gets the same outcome.
+    """Run ``call`` once per (user, key) through ``runs.idempotency``; return (outcome, replayed).
 
-    Returns (outcome, replayed).
+    A repeat with the same key and body gets the outcome of the first, refusals
+    included; the same key with a different body is refused (``idempotency_key_reused``).
+    A repeat that arrives while the first is still running waits a moment for its
+    outcome rather than answering "in progress".
     """
-    return run_service(call), False
+
+    def execute() -> StoredResponse:
+        outcome = run_service(call)
+        return StoredResponse(
+            status=outcome.status,
+            body=json.dumps(outcome.as_json()).encode(),
+            content_type="application/json",
+        )
+
+    waits = list(IN_PROGRESS_WAITS)
+    while True:
+        try:
+            stored, replayed = idempotent_call(
+                principal=principal_for_user(request.user),
+                key=key,
+                method=request.method or "POST",
+                path=request.path,
+                body=body,
+                execute=execute,
+            )
+        except HoldpointError as error:
+            if error.code == "idempotency_in_progress" and waits:
+                time.sleep(waits.pop(0))
+                continue
+            return Outcome.from_error(error), False
+        return Outcome.from_json(json.loads(stored.body)), replayed
 
 
 def add_message(request: HttpRequest, outcome: Outcome, success: str, failure: str) -> None:

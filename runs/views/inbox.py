@@ -175,6 +175,8 @@ def request_answer(request: HtmxHttpRequest, run_id: str, request_id: str) -> Ht
 
 def _stale_text(req: InputRequest, outcome: Outcome) -> str:
     """Say what happened instead, naming who answered and when (never a silent re-run)."""
+    if outcome.code.startswith("idempotency_"):
+        return outcome.detail  # a key reused for another answer, or still in progress
     return request_outcome_text(req) or outcome.detail
 
 

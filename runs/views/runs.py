@@ -361,6 +361,8 @@ def run_cancel(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         message = _("Cancel accepted. The running step stops at its next safe point.")
     elif outcome.ok:
         message = _("Run cancelled.")
+    elif outcome.code.startswith("idempotency_"):
+        message = outcome.detail
     else:
         message = _already(
             run, "run.cancel_requested", _("Already cancelled by %(who)s at %(when)s.")
@@ -409,6 +411,8 @@ def run_retry(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
             message = _("Retry queued: attempt %(n)s starts from the beginning.") % {
                 "n": outcome.extra.get("attempt")
             }
+    elif outcome.code.startswith("idempotency_"):
+        message = outcome.detail
     elif outcome.code == "invalid_state" and run.status not in (
         RunStatus.FAILED,
         RunStatus.CANCELLED,

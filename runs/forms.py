@@ -66,6 +66,6 @@ class RetryForm(forms.Form):
 
     def __init__(self, *args: Any, checkpoints: list[Checkpoint], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        choices = [("", _("The latest checkpoint"))]
+        choices: list[tuple[str, str]] = [("", str(_("The latest checkpoint")))]
         choices += [(c.id, f"#{c.number} · {c.step}") for c in checkpoints]
         self.fields["from_checkpoint"].choices = choices  # type: ignore[attr-defined]

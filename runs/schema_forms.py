@@ -286,11 +286,11 @@ class SchemaForm:
             items = schema["items"]
             item_choices = _choices_of(items)
             item_kind = _type_of(items)
-            values = initial if isinstance(initial, list) else []
+            chosen: list[Any] = initial if isinstance(initial, list) else []
             if item_choices is not None:
                 made.widget = "checkboxes"
                 made.choices = item_choices
-                made.shown = {c.token for c in item_choices if c.value in values}
+                made.shown = {c.token for c in item_choices if c.value in chosen}
             elif item_kind in ("string", "integer", "number"):
                 made.widget = "list"
                 made.item_type = item_kind
@@ -298,7 +298,7 @@ class SchemaForm:
                     self._string_widget(items, made.attrs)
                 else:
                     made.attrs.update(self._number_attrs(items, item_kind))
-                shown = [_number_text(v) if item_kind != "string" else str(v) for v in values]
+                shown = [_number_text(v) if item_kind != "string" else str(v) for v in chosen]
                 made.shown = self._list_slots(schema, shown)
         if made.widget == "json":
             made.shown = (

@@ -301,11 +301,13 @@ def answer_rows(req: InputRequest) -> list[tuple[str, str]]:
     """An input answer as (label, value) rows, labelled like the form that asked for it."""
     if req.kind != RequestKind.INPUT_REQUIRED or not isinstance(req.answer, dict):
         return []
-    schema = req.accepted_schema if isinstance(req.accepted_schema, dict) else {}
-    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    schema: dict[str, Any] = req.accepted_schema if isinstance(req.accepted_schema, dict) else {}
+    found = schema.get("properties")
+    properties: dict[str, Any] = found if isinstance(found, dict) else {}
     rows = []
     for key, value in req.answer.items():
-        field = properties.get(key) if isinstance(properties.get(key), dict) else {}
+        entry = properties.get(key)
+        field: dict[str, Any] = entry if isinstance(entry, dict) else {}
         label = str(field.get("title") or key.replace("_", " ").capitalize())
         if isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
             text = ", ".join(str(v) for v in value) or "—"

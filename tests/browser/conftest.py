@@ -32,6 +32,24 @@ SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-output" / "screenshots
 ZONE = "Asia/Shanghai"
 
 
+@pytest.fixture(autouse=True)
+def _permissions_and_groups(transactional_db: None) -> None:
+    """Make sure the content types, permissions and groups that migrations create exist.
+
+    A transactional test with ``serialized_rollback`` flushes them at teardown and
+    Django then skips ``post_migrate``, expecting the next test to restore the
+    serialized copy. That restore cannot work here: while Playwright's loop runs in
+    this thread, Django hands out a different connection object than the one that
+    holds the serialized copy. So recreate them the way ``migrate`` does.
+    """
+    from django.core.management.sql import emit_post_migrate_signal
+
+    from runs.groups import ensure_default_groups
+
+    emit_post_migrate_signal(verbosity=0, interactive=False, db="default")
+    ensure_default_groups()
+
+
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Any]:
     if not Path(CHROMIUM).exists():

@@ -19,7 +19,12 @@ from tests.browser.conftest import login, shot
 from tests.dashboard.support import ask
 from tests.runs.factory import claim, epochs, start
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+# serialized_rollback: a transactional test before this one may have flushed the permissions
+# and groups that migrations create (Django skips post_migrate after such a flush).
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True, serialized_rollback=True),
+]
 
 SEED_PROMPT = "请选择需要保持兼容的 Token 版本"
 SEED_SCHEMA = {

@@ -432,4 +432,31 @@ def describe_event(event: RunEvent) -> str:
         return _("Worker let go of the attempt (%(reason)s).") % {"reason": p.get("reason", "")}
     if t == "run.succeeded":
         return _("Succeeded.")
+    if t.startswith("side_effect."):
+        what = SIDE_EFFECT_WORDS.get(t[len("side_effect.") :], t)
+        extra = ""
+        if t == "side_effect.reconciled":
+            extra = _(" as happened") if p.get("outcome") == "confirmed" else _(" as not happened")
+        return _("%(what)s%(extra)s: %(tool)s → %(target)s") % {
+            "what": what,
+            "extra": extra,
+            "tool": p.get("tool", ""),
+            "target": p.get("target", ""),
+        }
     return t
+
+
+SIDE_EFFECT_WORDS = {
+    "begun": gettext_lazy("Side effect started"),
+    "confirmed": gettext_lazy("Side effect happened"),
+    "failed": gettext_lazy("Side effect did not happen"),
+    "unknown": gettext_lazy("Side effect outcome unknown"),
+    "reused": gettext_lazy("Side effect already done; reused"),
+    "look_up": gettext_lazy("Side effect looked up by key"),
+    "reconciled": gettext_lazy("Side effect reconciled"),
+    "compensation_started": gettext_lazy("Compensation started"),
+    "compensated": gettext_lazy("Side effect compensated"),
+    "compensation_failed": gettext_lazy("Compensation failed"),
+    "late_outcome": gettext_lazy("Late outcome recorded"),
+    "outcome_ignored": gettext_lazy("Outcome ignored"),
+}

@@ -13,10 +13,12 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 from playwright.sync_api import expect
 
+from ledger.models import SideEffect
 from runs import services
 from runs.models import Attempt, InputRequest, Run, RunEvent
 from tests.browser.conftest import login, shot
 from tests.dashboard.support import ask
+from tests.dashboard.test_side_effects import a_run_with_effects
 from tests.runs.factory import claim, epochs, start
 
 # serialized_rollback: a transactional test before this one may have flushed the permissions
@@ -377,3 +379,46 @@ def test_it_keeps_injected_markup_inert(page: Any, operator: User) -> None:
     assert page.evaluate("window.__pwned") is None
     assert page.locator("#main img").count() == 0
     assert dialogs == []
+
+
+def test_it_reconciles_an_unknown_side_effect_and_then_retries(
+    page: Any, operator: User, settings: Any, tmp_path: Any
+) -> None:
+    settings.HOLDPOINT_CONFIG_STORE_DIR = tmp_path / "config-store"
+    run, effects = a_run_with_effects(settings.HOLDPOINT_CONFIG_STORE_DIR)
+    unknown = effects["unknown"]
+    login(page, "olivia")
+    page.get_by_role("link", name="Side effects").click()
+    expect(page.locator(f"#effect-{unknown.operation_id}")).to_contain_text(
+        "Unknown — needs reconciliation"
+    )
+    shot(page, "side-effects")
+    page.goto(f"/side-effects/runs/{run.id}/")
+    expect(page.locator(".report-summary")).to_contain_text("1 Unknown — needs reconciliation")
+    shot(page, "side-effect-report")
+    page.goto(f"/runs/{run.id}/")
+    banner = page.locator(f"#run-{run.id}-effects-banner")
+    expect(banner).to_contain_text("1 side effect needs reconciliation")
+    expect(page.get_by_role("button", name="Retry…")).to_be_disabled()
+    shot(page, "run-side-effect-unknown")
+    effect = page.locator(f"#effect-{unknown.operation_id}")
+    effect.get_by_role("button", name="Mark not happened").click()
+    expect(effect.locator(".field-error")).to_contain_text("Say what you checked")
+    page.locator(f"#effect-{unknown.operation_id}").get_by_label(re.compile("Note")).fill(
+        "No delivery in the receiver's log"
+    )
+    page.locator(f"#effect-{unknown.operation_id}").get_by_role(
+        "button", name="Mark not happened"
+    ).click()
+    expect(page.locator(f"#run-{run.id}-report .flash-success")).to_contain_text(
+        "Marked as not happened."
+    )
+    expect(banner).to_be_empty()
+    page.get_by_text("Retry…").click()
+    expect(page.locator(".retry-preview")).to_contain_text("may be attempted again")
+    page.get_by_label(re.compile("Reason")).fill("The hook did not fire; send it again")
+    page.get_by_role("button", name="Retry this run").click()
+    expect(page.locator(".flash-success")).to_contain_text("Retry queued: attempt 2")
+    assert SideEffect.objects.get(pk=unknown.pk).status == "failed"
+    assert Attempt.objects.get(run=run, number=2).reason == "retry"
+    shot(page, "run-reconciled-and-retried")

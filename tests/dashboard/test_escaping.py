@@ -8,6 +8,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
+from ledger import services as ledger
 from runs import services
 from tests.dashboard.support import HTMX, answer, ask
 from tests.runs.factory import claim, epochs, start
@@ -78,7 +79,25 @@ def test_it_escapes_agent_text_on_every_page(client: Client, approver: User) -> 
     services.attempt_fail(
         **epochs(lease), error={"type": "ValueError", "message": EVIL, "step": "render"}
     )
+    effects_run = start(approvals=["notify"])
+    lease = claim()
+    begun = ledger.side_effect_begin(
+        **epochs(lease),
+        step_id="notify",
+        tool="webhook",
+        target=EVIL,
+        request={"url": "http://127.0.0.1:9/x", "body": {EVIL: EVIL}},
+    )
+    ledger.side_effect_record_outcome(
+        operation_id=begun.operation_id, status="unknown", error={"message": EVIL}
+    )
     client.force_login(approver)
+    for url in [
+        "/side-effects/",
+        "/side-effects/?tab=all",
+        f"/side-effects/runs/{effects_run.id}/",
+    ]:
+        assert_inert(client.get(url).content.decode())
     for url in [
         "/",
         "/?tab=all",

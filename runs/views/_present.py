@@ -118,6 +118,7 @@ class DiffLine:
 @dataclass
 class ActionView:
     title: str
+    name: str  # what is done: the action's name (update_auth_config), else the tool's
     tool: str
     target: str
     reversibility: str  # reversible | compensable | irreversible | "" (not said)
@@ -138,6 +139,7 @@ _CHANGE_KEYS = ("planned_change", "change", "changes")
 _ARGUMENT_KEYS = ("arguments", "args", "request", "params", "input")
 _SHOWN_KEYS = {
     "tool",
+    "action",
     "target",
     "reversibility",
     "diff",
@@ -149,6 +151,7 @@ _SHOWN_KEYS = {
     *_CHANGE_KEYS,
     *_ARGUMENT_KEYS,
 }
+_PAIRS = (("before", "after"), ("from", "to"), ("old", "new"))
 
 
 def as_text(value: Any) -> str:
@@ -156,6 +159,10 @@ def as_text(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False, indent=2, default=str)
+
+
+def _compact(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
 def _diff_lines(diff: str) -> list[DiffLine]:
@@ -182,6 +189,15 @@ def _before_after_diff(before: Any, after: Any, name: str) -> list[DiffLine]:
     return _diff_lines("\n".join(diff))
 
 
+def _pair(value: Any) -> tuple[Any, Any] | None:
+    """``{"from": a, "to": b}`` (or before/after, old/new) as (a, b)."""
+    if isinstance(value, dict):
+        for old, new in _PAIRS:
+            if set(value) == {old, new}:
+                return value[old], value[new]
+    return None
+
+
 def _first(mapping: dict[str, Any], keys: tuple[str, ...]) -> Any:
     for key in keys:
         if mapping.get(key) not in (None, "", {}, []):
@@ -194,21 +210,25 @@ def describe_action(action: Any) -> ActionView:
     agents name things differently, and nothing they send may be hidden."""
     data = action if isinstance(action, dict) else {"action": action}
     tool = str(data.get("tool") or "")
+    name = str(data.get("action") or tool)
     target = str(data.get("target") or "")
     verb = _first(data, _VERB_KEYS)
+    if verb is None and "_" in name:
+        # update_auth_config -> "Update staging/auth/config via update_auth_config" (UX 1).
+        verb = name.split("_", 1)[0]
     title = _first(data, _TITLE_KEYS)
     if title:
         title = str(title)
     elif verb and target:
-        title = _("%(verb)s %(target)s via %(tool)s") % {
+        title = _("%(verb)s %(target)s via %(name)s") % {
             "verb": str(verb).capitalize(),
             "target": target,
-            "tool": tool,
+            "name": name,
         }
     elif target:
-        title = _("%(tool)s on %(target)s") % {"tool": tool, "target": target}
+        title = _("%(name)s on %(target)s") % {"name": name, "target": target}
     else:
-        title = _("Run %(tool)s") % {"tool": tool}
+        title = _("Run %(name)s") % {"name": name}
     reversibility = str(data.get("reversibility") or "")
     compensation = _first(data, _COMPENSATION_KEYS)
     change = _first(data, _CHANGE_KEYS)
@@ -218,13 +238,23 @@ def describe_action(action: Any) -> ActionView:
     if isinstance(data.get("diff"), str):
         diff = _diff_lines(data["diff"])
     elif "before" in data and "after" in data:
-        diff = _before_after_diff(data["before"], data["after"], target or tool)
+        diff = _before_after_diff(data["before"], data["after"], target or name)
     if isinstance(change, dict) and isinstance(change.get("diff"), str) and not diff:
         diff = _diff_lines(change["diff"])
-    elif isinstance(change, dict) and "before" in change and "after" in change and not diff:
-        diff = _before_after_diff(change["before"], change["after"], target or tool)
+    elif isinstance(change, dict) and _pair(change) and not diff:
+        before, after = _pair(change)  # type: ignore[misc]
+        diff = _before_after_diff(before, after, target or name)
     elif isinstance(change, dict):
-        arguments += [(str(k), as_text(v)) for k, v in change.items()]
+        # Field by field: {"accepted_versions": {"from": [...], "to": [...]}, "base": 3}.
+        for key, value in change.items():
+            pair = _pair(value)
+            if pair is not None and pair[0] != pair[1]:
+                diff += [
+                    DiffLine("del", f"- {key}: {_compact(pair[0])}"),
+                    DiffLine("add", f"+ {key}: {_compact(pair[1])}"),
+                ]
+            else:
+                arguments.append((str(key), as_text(value)))
     elif change is not None:
         change_text = as_text(change)
     args = _first(data, _ARGUMENT_KEYS)
@@ -236,6 +266,7 @@ def describe_action(action: Any) -> ActionView:
     arguments += [(str(k), as_text(v)) for k, v in data.items() if k not in _SHOWN_KEYS]
     return ActionView(
         title=title,
+        name=name,
         tool=tool,
         target=target,
         reversibility=reversibility,
@@ -319,11 +350,26 @@ def answer_rows(req: InputRequest) -> list[tuple[str, str]]:
     return rows
 
 
-def context_items(context: Any) -> list[tuple[str, str, bool]]:
-    """(key, text, is_structured) for each context entry."""
+@dataclass(frozen=True)
+class ContextItem:
+    key: str
+    text: str
+    structured: bool
+
+    @property
+    def lines(self) -> int:
+        return self.text.count("\n") + 1
+
+    @property
+    def long(self) -> bool:
+        """Long structured values start folded, so the question stays in view."""
+        return self.structured and self.lines > 8
+
+
+def context_items(context: Any) -> list[ContextItem]:
     if not isinstance(context, dict):
-        return [("", as_text(context), True)] if context else []
-    return [(str(k), as_text(v), not isinstance(v, str)) for k, v in context.items()]
+        return [ContextItem("", as_text(context), True)] if context else []
+    return [ContextItem(str(k), as_text(v), not isinstance(v, str)) for k, v in context.items()]
 
 
 # --- Timeline -------------------------------------------------------------------------------
@@ -359,6 +405,9 @@ def event_matches(event: RunEvent, name: str) -> bool:
 def event_tone(event: RunEvent) -> str:
     if event_matches(event, "failures"):
         return "bad"
+    if event.type == "agent.log":
+        level = event.payload.get("level") if isinstance(event.payload, dict) else ""
+        return "bad" if level in ("error", "critical") else "log"
     if event_matches(event, "decisions"):
         return "human"
     if event.type.startswith("side_effect"):
@@ -432,6 +481,10 @@ def describe_event(event: RunEvent) -> str:
         return _("Worker let go of the attempt (%(reason)s).") % {"reason": p.get("reason", "")}
     if t == "run.succeeded":
         return _("Succeeded.")
+    if t == "agent.log":
+        step = p.get("step")
+        message = str(p.get("message", ""))
+        return f"{step}: {message}" if step else message
     if t.startswith("side_effect."):
         what = SIDE_EFFECT_WORDS.get(t[len("side_effect.") :], t)
         extra = ""

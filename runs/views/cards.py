@@ -22,6 +22,7 @@ from runs.states import RequestKind, RequestStatus
 from runs.views._common import new_idempotency_key
 from runs.views._present import (
     ActionView,
+    ContextItem,
     answer_rows,
     answer_summary,
     clock,
@@ -52,7 +53,7 @@ class RequestCard:
     next_pending: InputRequest | None = None
     broken: str = ""
     raw_json: str = ""
-    context: list[tuple[str, str, bool]] = field(default_factory=list)
+    context: list[ContextItem] = field(default_factory=list)
 
     @property
     def run(self) -> Any:

@@ -96,10 +96,10 @@ def inbox_count(request: HtmxHttpRequest) -> HttpResponse:
 
 def _success_text(req: InputRequest, value: Any) -> str:
     if req.kind == RequestKind.AUTH_REQUIRED:
-        tool = describe_action(req.action).tool
+        name = describe_action(req.action).name
         if isinstance(value, dict) and value.get("decision") == "approve":
-            return _("Approved. The run goes on and runs %(tool)s.") % {"tool": tool}
-        return _("Denied. The run is told not to run %(tool)s.") % {"tool": tool}
+            return _("Approved. The run goes on and runs %(name)s.") % {"name": name}
+        return _("Denied. The run is told not to run %(name)s.") % {"name": name}
     return _("Answer sent. The run resumes in a new attempt.")
 
 

@@ -1,11 +1,14 @@
 """The dashboard in a real browser: answering, approving, cancelling, retrying, stale tabs,
-expiry, double clicks and the keyboard. Runs are driven through the real services; the
-worker's side is played by the test through the same services a worker calls."""
+expiry, double clicks, the keyboard, side effects. The seed's demo agent runs end to end on
+a real worker pool; the other tests play the worker's side through the same services a
+worker calls, so each can put a run exactly where it needs it."""
 
 from __future__ import annotations
 
 import datetime as dt
 import re
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,19 +19,16 @@ from playwright.sync_api import expect
 from ledger.models import SideEffect
 from runs import services
 from runs.models import Attempt, InputRequest, Run, RunEvent
+from runtime.worker import WorkerPool
 from tests.browser.conftest import login, shot
 from tests.dashboard.support import ask
 from tests.dashboard.test_side_effects import a_run_with_effects
 from tests.runs.factory import claim, epochs, start
 
-# serialized_rollback: a transactional test before this one may have flushed the permissions
-# and groups that migrations create (Django skips post_migrate after such a flush).
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.django_db(transaction=True, serialized_rollback=True),
-]
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 SEED_PROMPT = "请选择需要保持兼容的 Token 版本"
+DEMO_AGENT = "auth-token-migration"
 SEED_SCHEMA = {
     "type": "object",
     "properties": {
@@ -133,32 +133,93 @@ def test_it_logs_in_and_shows_every_page(
     shot(viewer_page, "run-viewer")
 
 
-def test_it_answers_the_seed_prompt_and_the_run_resumes(page: Any, operator: User) -> None:
-    run, req = seed_question()
-    _other_run, _other = seed_question()
+@pytest.fixture
+def demo_worker(settings: Any, tmp_path: Any) -> Iterator[WorkerPool]:
+    """A real worker pool in this process, running the seed's demo agent."""
+    settings.HOLDPOINT_CONFIG_STORE_DIR = tmp_path / "config-store"
+    pool = WorkerPool(1, [DEMO_AGENT], sweep_interval=0.2, lease_seconds=30).start()
+    yield pool
+    pool.stop(timeout=10)
+
+
+def wait_for_request(page: Any, run_id: str, kind: str, not_id: str = "") -> InputRequest:
+    """Reload the run page until the run waits on a new request of ``kind`` (the pages
+    are not live yet: pushes over websockets come with a later change)."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        run = Run.objects.get(pk=run_id)
+        if run.pending_request_id and run.pending_request_id != not_id:
+            req = InputRequest.objects.get(pk=run.pending_request_id)
+            if req.kind == kind:
+                page.reload()
+                return req
+        assert run.status not in ("failed", "cancelled"), run.failure_detail
+        time.sleep(0.1)
+    raise AssertionError(f"{run_id} never asked for {kind}")
+
+
+def test_it_runs_the_seed_demo_end_to_end(
+    new_page: Any, operator: User, approver: User, demo_worker: WorkerPool, mailoutbox: Any
+) -> None:
+    """Start the demo agent, answer its Chinese question, approve its config change and
+    its e-mail, and watch the run resume after each answer until it succeeds."""
+    page = new_page()
     login(page, "olivia")
-    expect(page.locator("#inbox-count")).to_have_text("2")
-    form = card(page, req)
-    form.get_by_label("v2").check()
-    form.get_by_label("Grace days").fill("30")
-    form.get_by_role("button", name="Submit response").click()
-    expect(form.locator(".flash-success")).to_contain_text("Answer sent.")
-    expect(form).to_contain_text("Answered by olivia at")
-    expect(page.locator("#inbox-count")).to_have_text("1")
-    expect(form.get_by_role("link", name="Next pending →")).to_be_visible()
-    shot(page, "inbox-answered")
-    req.refresh_from_db()
-    assert req.answer == {"versions": ["v2"], "grace_days": 30}
-    page.goto(f"/runs/{run.id}/")
-    expect(page.locator(f"#run-{run.id}-status")).to_have_text("Queued")
-    row = page.locator(f"#run-{run.id}-attempts tr[data-attempt='2']")
-    expect(row).to_contain_text("Resume")
-    expect(row).to_contain_text("#1")
-    worker_finishes(run)
-    page.reload()
-    expect(page.locator(f"#run-{run.id}-status")).to_have_text("Succeeded")
-    expect(page.locator(f"#run-{run.id}-timeline")).to_contain_text("Succeeded.")
-    shot(page, "run-succeeded")
+    page.get_by_role("link", name="Start a run").click()
+    page.get_by_role("link", name=re.compile(DEMO_AGENT)).click()
+    page.get_by_label(re.compile("Notify")).fill("auth-team@example.com")
+    shot(page, "start")
+    page.get_by_role("button", name=f"Start {DEMO_AGENT}").click()
+    expect(page.locator(".flash-success")).to_have_text("Run started.")
+    run_id = re.search(r"/runs/(run_[0-9A-Z]+)/", page.url).group(1)  # type: ignore[union-attr]
+
+    question = wait_for_request(page, run_id, "input_required")
+    expect(page.locator(f"#run-{run_id}-status")).to_have_text("Waiting for input")
+    card = page.locator(f"#request-{question.id}")
+    expect(card.locator("h2")).to_have_text(SEED_PROMPT)
+    expect(card).to_contain_text("available_versions")
+    shot(page, "seed-question")
+    card.locator("input[name='answer/versions']").first.fill("v2")
+    card.get_by_role("button", name="+ Add another").click()
+    card.locator("input[name='answer/versions']").nth(1).fill("v3")
+    card.get_by_role("button", name="Submit response").click()
+    expect(page.locator(f"#run-{run_id}-main .flash-success")).to_contain_text("Answer sent.")
+    expect(page.locator(f"#request-{question.id}")).to_contain_text("Answered by olivia at")
+    assert Attempt.objects.get(run_id=run_id, number=2).reason == "resume"
+
+    # The run resumes on the worker and stops again at the approval of the config change.
+    approval = wait_for_request(page, run_id, "auth_required", not_id=question.id)
+    expect(page.locator(f"#request-{approval.id} h2")).to_have_text(
+        "Update staging/auth/config via update_auth_config"
+    )
+    expect(page.locator(f"#request-{approval.id} .diff-add")).to_contain_text(
+        'accepted_versions: ["v2", "v3"]'
+    )
+    expect(page.locator(f"#request-{approval.id} .who-can")).to_contain_text("Only approvers")
+    shot(page, "seed-approval-operator")
+    alice = new_page()
+    login(alice, "alice")
+    alice.goto(f"/runs/{run_id}/")
+    alice.locator(f"#request-{approval.id}").get_by_label(re.compile("Comment")).fill("SEC-2291")
+    alice.get_by_role("button", name="Approve and run update_auth_config").click()
+    expect(alice.locator(f"#request-{approval.id}")).to_contain_text("Approved by alice at")
+
+    # E-mail cannot be undone: the ledger asks before the run sends it.
+    email = wait_for_request(alice, run_id, "auth_required", not_id=approval.id)
+    card = alice.locator(f"#request-{email.id}")
+    expect(card.locator(".chip-danger")).to_have_text("Cannot be undone")
+    shot(alice, "seed-email-approval")
+    card.get_by_role("button", name=re.compile("cannot be undone")).click()
+    expect(card).to_contain_text("Approved by alice at")
+    deadline = time.monotonic() + 20
+    while Run.objects.get(pk=run_id).status != "succeeded":
+        assert time.monotonic() < deadline, Run.objects.get(pk=run_id).status
+        time.sleep(0.1)
+    alice.reload()
+    expect(alice.locator(f"#run-{run_id}-status")).to_have_text("Succeeded")
+    expect(alice.locator(f"#run-{run_id}-report")).to_contain_text("Cannot be undone")
+    assert [m.to for m in mailoutbox] == [["auth-team@example.com"]]
+    shot(alice, "seed-succeeded")
 
 
 def test_it_resumes_once_on_a_double_click(new_page: Any, operator: User) -> None:

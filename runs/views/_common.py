@@ -21,11 +21,13 @@ from urllib.parse import unquote
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
+from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
 from runs.errors import HoldpointError
@@ -75,7 +77,19 @@ def dashboard_view(*, require_view: bool = True) -> Callable[[View], View]:
                 raise PermissionDenied(_("You have no access to runs yet."))
             return view(request, *args, **kwargs)
 
-        return cast(View, login_required(wrapper))
+        signed_in = login_required(wrapper)
+
+        @functools.wraps(view)
+        def gate(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            htmx = getattr(request, "htmx", None)
+            if htmx and not request.user.is_authenticated:
+                # A session that ran out: htmx would follow the redirect and swap the login
+                # page into a card. Send the whole page to the login page instead.
+                back = htmx.current_url_abs_path or "/"
+                return HttpResponseClientRedirect(redirect_to_login(back).url)
+            return signed_in(request, *args, **kwargs)
+
+        return cast(View, gate)
 
     return decorate
 

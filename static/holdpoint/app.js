@@ -129,6 +129,30 @@
     }
   });
 
+  // A request htmx could not complete (403, 404, 500, no network): say so, never fail silently.
+  function showProblem(text) {
+    var main = document.getElementById("main");
+    if (!main) return;
+    var old = document.getElementById("request-problem");
+    if (old) old.remove();
+    var note = document.createElement("p");
+    note.id = "request-problem";
+    note.className = "flash flash-error";
+    note.setAttribute("role", "alert");
+    note.setAttribute("tabindex", "-1");
+    note.textContent = text;
+    main.prepend(note);
+    note.focus();
+  }
+  document.addEventListener("htmx:responseError", function (event) {
+    var status = event.detail && event.detail.xhr ? event.detail.xhr.status : "";
+    var text = document.body.dataset.errorText || "That did not work ({}). Reload the page and try again.";
+    showProblem(text.replace("{}", String(status)));
+  });
+  document.addEventListener("htmx:sendError", function () {
+    showProblem(document.body.dataset.offlineText || "Could not reach Holdpoint. Check the connection and try again.");
+  });
+
   if (document.readyState === "loading") {
     document.addEventListener("DOMContentLoaded", tick);
   } else {

@@ -148,3 +148,24 @@ def test_it_sends_security_headers(client: Client, viewer: User) -> None:
     assert "<script>" not in html and "<script " in html
     assert all("src=" in tag for tag in html.split("<script ")[1:])
     assert " style=" not in html
+
+
+def test_it_sends_an_expired_htmx_session_to_the_login_page(client: Client) -> None:
+    run, _lease, _cp, req = interrupted()
+    response = answer(client, req, [("answer/versions", "v1")], htmx=True)
+    # Not a 302 that htmx would follow and swap into the card: a full-page redirect.
+    assert response.status_code == 200
+    assert response["HX-Redirect"] == "/login/?next=/"
+    response = client.get(
+        f"/runs/{run.id}/timeline", HTTP_HX_CURRENT_URL=f"http://testserver/runs/{run.id}/", **HTMX
+    )
+    assert response["HX-Redirect"] == f"/login/?next=/runs/{run.id}/"
+    assert InputRequest.objects.get(pk=req.id).status == "pending"
+
+
+def test_it_shows_the_admin_link_to_staff_only(client: Client, operator: User) -> None:
+    client.force_login(operator)
+    assert 'href="/admin/"' not in client.get("/").content.decode()
+    operator.is_staff = True
+    operator.save()
+    assert 'href="/admin/"' in client.get("/").content.decode()

@@ -366,10 +366,25 @@ class ContextItem:
         return self.structured and self.lines > 8
 
 
+def _scalar_list(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and 0 < len(value) <= 20
+        and all(isinstance(v, str | int | float) and not isinstance(v, bool) for v in value)
+    )
+
+
 def context_items(context: Any) -> list[ContextItem]:
+    """The context an agent gave with its question; a short list reads as ``v1, v2, v3``."""
     if not isinstance(context, dict):
         return [ContextItem("", as_text(context), True)] if context else []
-    return [ContextItem(str(k), as_text(v), not isinstance(v, str)) for k, v in context.items()]
+    items = []
+    for key, value in context.items():
+        if _scalar_list(value):
+            items.append(ContextItem(str(key), ", ".join(str(v) for v in value), False))
+        else:
+            items.append(ContextItem(str(key), as_text(value), not isinstance(value, str)))
+    return items
 
 
 # --- Timeline -------------------------------------------------------------------------------

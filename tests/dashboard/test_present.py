@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from runs.views._present import DiffLine, describe_action, expires_text, span
+from runs.views._present import DiffLine, context_items, describe_action, expires_text, span
 
 
 def test_it_titles_an_action_by_its_verb_target_and_name() -> None:
@@ -67,3 +67,15 @@ def test_it_counts_down_in_compact_spans() -> None:
     assert span(2 * 3600 + 14 * 60 + 5) == "2h 14m" and span(3 * 86400 + 7200) == "3d 2h"
     assert expires_text(now + dt.timedelta(minutes=5), now) == "Expires in 5m 00s"
     assert expires_text(now - dt.timedelta(seconds=1), now) == "Expired"
+
+
+def test_it_reads_short_lists_in_context_as_text_and_folds_long_values() -> None:
+    items = {
+        i.key: i
+        for i in context_items(
+            {"versions": ["v1", "v2"], "deep": {"a": list(range(9))}, "note": "x"}
+        )
+    }
+    assert (items["versions"].text, items["versions"].structured) == ("v1, v2", False)
+    assert items["deep"].structured and items["deep"].long
+    assert not items["note"].structured and not items["note"].long

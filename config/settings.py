@@ -252,6 +252,9 @@ if HOLDPOINT_WEBHOOK_LOOKUP_URL and "{idempotency_key}" not in HOLDPOINT_WEBHOOK
         "e.g. https://hooks.example.com/deliveries/{idempotency_key}."
     )
 
+# The demo accounts' password at first start of `manage.py serve` (generated when unset).
+HOLDPOINT_DEMO_PASSWORD = env_str("HOLDPOINT_DEMO_PASSWORD")
+
 LOG_FORMAT = env_choice("LOG_FORMAT", "text", ("text", "json"))
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()
 LOGGING = {
@@ -277,3 +280,10 @@ HOLDPOINT_METRICS_TOKEN = env_str("HOLDPOINT_METRICS_TOKEN")
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "holdpoint@localhost")
+# SMTP, for EMAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend in production.
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 30, minimum=1)

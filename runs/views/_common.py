@@ -50,16 +50,24 @@ class HtmxHttpRequest(HttpRequest):
 View = TypeVar("View", bound=Callable[..., HttpResponse])
 
 
-def activate_user_timezone(request: HttpRequest) -> None:
-    """Show times in the browser's zone, which app.js stores in the ``tz`` cookie."""
+def user_timezone(request: HttpRequest) -> zoneinfo.ZoneInfo | None:
+    """The browser's zone, which app.js stores in the ``tz`` cookie (None: the server's)."""
     name = unquote(request.COOKIES.get(TZ_COOKIE, ""))
     if not name or len(name) > 64:
-        timezone.deactivate()
-        return
+        return None
     try:
-        timezone.activate(zoneinfo.ZoneInfo(name))
+        return zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return None
+
+
+def activate_user_timezone(request: HttpRequest) -> None:
+    """Show times in the browser's zone (pages; live pushes use ``user_timezone``)."""
+    zone = user_timezone(request)
+    if zone is None:
         timezone.deactivate()
+    else:
+        timezone.activate(zone)
 
 
 def dashboard_view(*, require_view: bool = True) -> Callable[[View], View]:

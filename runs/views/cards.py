@@ -100,6 +100,21 @@ class RequestCard:
     def html_id(self) -> str:
         return f"request-{self.req.id}"
 
+    @property
+    def version(self) -> str:
+        return card_version(self.req, can_answer=self.can_answer)
+
+
+def card_version(req: InputRequest, *, can_answer: bool) -> str:
+    """What decides how a card looks and what it lets a person do.
+
+    A live page keeps a card whose version a push did not change, with whatever the
+    person has typed into it (``data-version``, app.js); the consumers also compare it
+    to know which cards to send.
+    """
+    is_open = req.status == RequestStatus.PENDING and req.expires_at > timezone.now()
+    return f"{req.status}.{'open' if is_open else 'shut'}.{'can' if can_answer else 'cannot'}"
+
 
 def who_can_text(kind: str) -> str:
     if kind == RequestKind.AUTH_REQUIRED:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
 from typing import Any
 
 from django.contrib import messages
@@ -60,21 +62,59 @@ def _tab_requests(user: Any, tab: str) -> QuerySet[InputRequest]:
     )
 
 
+def inbox_requests(user: Any, tab: str, *, keep: Iterable[str] = ()) -> list[InputRequest]:
+    """The requests the inbox lists on ``tab``, in its order.
+
+    ``keep``: requests a live page already shows that have left the list since (expired,
+    closed, or answered by this user); they stay in their place, read-only, so a person
+    sees what became of them (``runs.consumers``).
+    """
+    requests = list(_tab_requests(user, tab)[:PAGE])
+    listed = {r.id for r in requests}
+    extra = [k for k in keep if k not in listed]
+    if extra:
+        requests += InputRequest.objects.select_related("run", "answered_by").filter(pk__in=extra)
+        requests.sort(key=lambda r: (r.expires_at, r.id))
+    return requests
+
+
+def inbox_context(
+    user: Any,
+    tab: str,
+    *,
+    replace: RequestCard | None = None,
+    requests: list[InputRequest] | None = None,
+) -> dict[str, Any]:
+    """The inbox page's context (the page and its live socket share it).
+
+    ``replace`` puts a card already built (a form with its errors) in its request's place.
+    """
+    cards = []
+    for req in inbox_requests(user, tab) if requests is None else requests:
+        if replace is not None and req.id == replace.req.id:
+            cards.append(replace)
+        else:
+            cards.append(build_card(req, user=user, origin="inbox"))
+    if replace is not None and all(c.req.id != replace.req.id for c in cards):
+        cards.insert(0, replace)
+    token = inbox_token((card.req.id, card.version) for card in cards)
+    return {"tab": tab, "tabs": TABS, "cards": cards, "live_token": token}
+
+
+def inbox_token(versions: Iterable[tuple[str, str]]) -> str:
+    """Names what a rendered inbox list shows (its cards' ids and versions, in order); its
+    live socket sends nothing the page already has."""
+    shown = "|".join(f"{req_id}:{version}" for req_id, version in versions)
+    return hashlib.sha256(shown.encode()).hexdigest()[:16]
+
+
 def _inbox_page(
     request: HtmxHttpRequest, *, replace: RequestCard | None = None, status: int = 200
 ) -> HttpResponse:
     tab = request.GET.get("tab", "needs")
     if replace is not None or tab not in dict(TABS):
         tab = "needs"
-    cards = []
-    for req in _tab_requests(request.user, tab)[:PAGE]:
-        if replace is not None and req.id == replace.req.id:
-            cards.append(replace)
-        else:
-            cards.append(build_card(req, user=request.user, origin="inbox"))
-    if replace is not None and all(c.req.id != replace.req.id for c in cards):
-        cards.insert(0, replace)
-    context = {"tab": tab, "tabs": TABS, "cards": cards}
+    context = inbox_context(request.user, tab, replace=replace)
     if request.htmx and not request.htmx.boosted and request.htmx.target == "inbox-list":
         return render(request, "runs/inbox.html#inbox-list", context, status=status)
     return render(request, "runs/inbox.html", context, status=status)

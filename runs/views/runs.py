@@ -5,12 +5,15 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
+import hashlib
+import json
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.db.models import Count, Q
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -77,22 +80,31 @@ def _decode_cursor(value: str) -> tuple[dt.datetime, str] | None:
 @require_GET
 def run_list(request: HtmxHttpRequest) -> HttpResponse:
     """Runs, newest first: filter by status and agent, search by id, cursor pages."""
-    user = request.user
-    status = request.GET.get("status", "")
+    context = run_list_context(request.user, request.GET)
+    q, status, cursor = context["q"], context["status"], context["cursor"]
+    if q and not status and not cursor and not request.htmx:
+        # A full id that names one run goes straight to it.
+        agent = context["agent"] or None
+        if runs_for_user(user=request.user, agent=agent, q=q).filter(pk=q).exists():
+            return redirect("run-detail", run_id=q)
+    if request.htmx and request.htmx.target == "runs-table":
+        return render(request, "runs/run_list.html#runs-table", context)
+    return render(request, "runs/run_list.html", context)
+
+
+def run_list_context(user: Any, params: Mapping[str, str]) -> dict[str, Any]:
+    """The runs list for these filters (the page and its live socket share it)."""
+    status = params.get("status", "")
     status = status if status in RunStatus.values else ""
-    agent = request.GET.get("agent", "")[:100]
-    q = request.GET.get("q", "").strip()[:64]
-    cursor = _decode_cursor(request.GET.get("cursor", ""))
+    agent = params.get("agent", "")[:100]
+    q = params.get("q", "").strip()[:64]
+    raw_cursor = params.get("cursor", "")
+    cursor = _decode_cursor(raw_cursor)
     scoped = runs_for_user(user=user, agent=agent or None, q=q or None)
     counts = dict(scoped.order_by().values_list("status").annotate(n=Count("pk")))
     runs = runs_for_user(
         user=user, status=status or None, agent=agent or None, q=q or None
     ).select_related("current_attempt")
-    if q and not status and not cursor and not request.htmx:
-        # A full id that names one run goes straight to it.
-        exact = list(runs.filter(pk=q)[:1])
-        if exact:
-            return redirect("run-detail", run_id=exact[0].id)
     if cursor is not None:
         when, after_id = cursor
         runs = runs.filter(Q(created_at__lt=when) | Q(created_at=when, id__lt=after_id))
@@ -110,19 +122,30 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
         (value, label, counts.get(value, 0), url(status=value))
         for value, label in RunStatus.choices
     ]
-    context = {
+    filters = {"status": status, "agent": agent, "q": q}
+    if cursor is not None:
+        filters["cursor"] = raw_cursor
+    return {
         "rows": [_row(run) for run in page],
         "status": status,
         "agent": agent,
         "q": q,
+        "cursor": cursor,
         "agents": sorted(known_agents),
         "status_tabs": status_tabs,
         "next_url": url(cursor=_encode_cursor(page[-1])) if has_more else "",
         "first_url": url() if cursor is not None else "",
+        # The live socket shows the same filters; it sends nothing the page already has.
+        "live_query": urlencode({k: v for k, v in filters.items() if v}),
+        "live_token": runs_token(page, status_tabs),
     }
-    if request.htmx and request.htmx.target == "runs-table":
-        return render(request, "runs/run_list.html#runs-table", context)
-    return render(request, "runs/run_list.html", context)
+
+
+def runs_token(page: list[Run], status_tabs: list[tuple[str, Any, int, str]]) -> str:
+    """Names what a rendered runs table shows: its rows' states and the status counts."""
+    shown = "|".join(f"{run.id}:{run.status}:{run.last_event_seq}" for run in page)
+    counts = ",".join(str(count) for _value, _label, count, _url in status_tabs)
+    return hashlib.sha256(f"{shown}#{counts}".encode()).hexdigest()[:16]
 
 
 def _row(run: Run) -> dict[str, Any]:
@@ -197,7 +220,7 @@ def _checkpoint_rows(run: Run) -> list[dict[str, Any]]:
 
 
 def run_context(
-    request: HtmxHttpRequest,
+    request: HttpRequest,
     run: Run,
     *,
     pending_card: RequestCard | None = None,
@@ -227,8 +250,12 @@ def run_context(
         if run.status in (RunStatus.FAILED, RunStatus.CANCELLED)
         else []
     )
+    can_cancel = user.has_perm(CANCEL)
+    can_retry = user.has_perm(RETRY)
     return {
         "run": run,
+        # The live socket sends nothing older than the events this page was rendered from.
+        "live_token": run.last_event_seq,
         "status_text": run_status_text(run),
         "tone": status_tone(run.status),
         "message": message,
@@ -240,8 +267,18 @@ def run_context(
         "timeline_filter": timeline,
         "timeline_filters": [(k, v[0]) for k, v in TIMELINE_FILTERS.items()],
         "checkpoints": _checkpoint_rows(run),
-        "can_cancel": user.has_perm(CANCEL),
-        "can_retry": user.has_perm(RETRY),
+        "can_cancel": can_cancel,
+        "can_retry": can_retry,
+        # A live push keeps the cancel and retry forms (and what is typed in them) unless
+        # what they offer changed.
+        "controls_version": _version(
+            run.status,
+            run.pending_request_id,
+            [cp.id for cp in checkpoints],
+            [str(why) for why in retry_blockers],
+            can_cancel,
+            can_retry,
+        ),
         "cancellable": run.status in CANCELLABLE and run.status != RunStatus.CANCEL_REQUESTED,
         "retryable": run.status in (RunStatus.FAILED, RunStatus.CANCELLED),
         "retry_blockers": retry_blockers,
@@ -257,6 +294,10 @@ def run_context(
         "cancel_open": cancel_form is not None and bool(cancel_form.errors),
         "retry_open": retry_form is not None and bool(retry_form.errors),
     }
+
+
+def _version(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]
 
 
 def render_run_page(

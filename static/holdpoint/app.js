@@ -1,4 +1,5 @@
 // Holdpoint dashboard behaviour. Every page works without this file; it adds live countdowns,
+// live pushes that keep what a person is typing,
 // the user's time zone, "add another" for lists, Ctrl/Cmd+Enter, and busy buttons.
 // No inline scripts anywhere (CSP script-src 'self'); htmx does the requests.
 (function () {
@@ -127,6 +128,42 @@
       }
       flash.focus({ preventScroll: false });
     }
+  });
+
+  // --- Live pushes (htmx's ws extension swaps each pushed part in by id, out of band). --------
+  // A part whose data-version did not change keeps what the person is doing with it: what
+  // they typed into a card or the cancel form, an open dialog. A filtered timeline is
+  // fetched again with its filter instead of being replaced by the unfiltered one.
+  function sameVersion(live, incoming) {
+    var version = live && live.getAttribute("data-version");
+    return version !== null && version === incoming.getAttribute("data-version");
+  }
+  document.addEventListener("htmx:oobBeforeSwap", function (event) {
+    var detail = event.detail;
+    var target = detail && detail.target;
+    var fragment = detail && detail.fragment;
+    if (!target || !fragment || !fragment.querySelectorAll) return;
+    var incoming = fragment.firstElementChild;
+    if (incoming && incoming.id === target.id && sameVersion(target, incoming)) {
+      detail.shouldSwap = false;
+      return;
+    }
+    var filter = target.getAttribute("data-filter");
+    if (filter && incoming && incoming.getAttribute("data-filter") !== filter) {
+      detail.shouldSwap = false;
+      var link = target.querySelector("a[aria-current][hx-get]");
+      if (link) htmx.ajax("GET", link.getAttribute("hx-get"), { target: target, swap: "outerHTML" });
+      return;
+    }
+    fragment.querySelectorAll("[data-version][id]").forEach(function (part) {
+      if (sameVersion(document.getElementById(part.id), part)) part.setAttribute("hx-preserve", "true");
+    });
+  });
+  document.addEventListener("htmx:oobAfterSwap", tick);
+  // The server closes a socket with 4401 when the session has ended: show the login page.
+  document.addEventListener("htmx:wsClose", function (event) {
+    var closed = event.detail && event.detail.event;
+    if (closed && closed.code === 4401) window.location.reload();
   });
 
   // A request htmx could not complete (403, 404, 500, no network): say so, never fail silently.

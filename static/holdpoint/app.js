@@ -132,11 +132,42 @@
 
   // --- Live pushes (htmx's ws extension swaps each pushed part in by id, out of band). --------
   // A part whose data-version did not change keeps what the person is doing with it: what
-  // they typed into a card or the cancel form, an open dialog. A filtered timeline is
-  // fetched again with its filter instead of being replaced by the unfiltered one.
+  // they typed into a card or the cancel form, an open dialog. A part with a request of its
+  // own in flight (the answer just sent) is left to that request's reply, which brings it up
+  // to date; replacing it would orphan the reply. A filtered timeline is fetched again with its
+  // filter; a pushed report refresh fetches the report.
   function sameVersion(live, incoming) {
     var version = live && live.getAttribute("data-version");
     return version !== null && version === incoming.getAttribute("data-version");
+  }
+  function busy(el) {
+    return !!el && (el.classList.contains("htmx-request") || !!el.querySelector(".htmx-request"));
+  }
+  var refreshing = {};
+  function refresh(url, target) {
+    // One fetch at a time per target; a push during a fetch fetches once more after it.
+    if (refreshing[target]) {
+      refreshing[target] = "again";
+      return;
+    }
+    refreshing[target] = true;
+    function done() {
+      var again = refreshing[target] === "again";
+      refreshing[target] = false;
+      if (again) refresh(url, target);
+    }
+    var current = document.querySelector(target);
+    if (!current) return done();
+    if (busy(current)) {
+      // Its own load is on its way: replacing it now would orphan that reply. Go after it.
+      current.addEventListener("htmx:afterRequest", function () {
+        refreshing[target] = false;
+        setTimeout(function () { refresh(url, target); }, 0);
+      }, { once: true });
+      return;
+    }
+    // From the body, which no push replaces, so the reply's out-of-band parts find their place.
+    htmx.ajax("GET", url, { source: document.body, target: target, swap: "outerHTML" }).then(done, done);
   }
   document.addEventListener("htmx:oobBeforeSwap", function (event) {
     var detail = event.detail;
@@ -144,7 +175,12 @@
     var fragment = detail && detail.fragment;
     if (!target || !fragment || !fragment.querySelectorAll) return;
     var incoming = fragment.firstElementChild;
-    if (incoming && incoming.id === target.id && sameVersion(target, incoming)) {
+    if (incoming && incoming.hasAttribute("data-refresh-url")) {
+      detail.shouldSwap = false;
+      refresh(incoming.getAttribute("data-refresh-url"), incoming.getAttribute("data-refresh-target"));
+      return;
+    }
+    if (incoming && incoming.id === target.id && (sameVersion(target, incoming) || busy(target))) {
       detail.shouldSwap = false;
       return;
     }
@@ -152,11 +188,12 @@
     if (filter && incoming && incoming.getAttribute("data-filter") !== filter) {
       detail.shouldSwap = false;
       var link = target.querySelector("a[aria-current][hx-get]");
-      if (link) htmx.ajax("GET", link.getAttribute("hx-get"), { target: target, swap: "outerHTML" });
+      if (link) htmx.ajax("GET", link.getAttribute("hx-get"), { source: document.body, target: target, swap: "outerHTML" });
       return;
     }
     fragment.querySelectorAll("[data-version][id]").forEach(function (part) {
-      if (sameVersion(document.getElementById(part.id), part)) part.setAttribute("hx-preserve", "true");
+      var live = document.getElementById(part.id);
+      if (live && (sameVersion(live, part) || busy(live))) part.setAttribute("hx-preserve", "true");
     });
   });
   document.addEventListener("htmx:oobAfterSwap", tick);

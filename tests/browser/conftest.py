@@ -1,4 +1,5 @@
-"""Browser tests: Playwright driving Debian's Chromium against pytest-django's live server.
+"""Browser tests: Playwright driving Debian's Chromium against a live ASGI server (daphne in a
+thread of the test process, ``tests.live.server``: pages and their live websockets).
 
 Without ``/usr/bin/chromium`` the tests skip and say so; in CI (``CI=true``) they fail
 instead, so a missing browser can never turn into a green run. Playwright's sync API
@@ -48,6 +49,16 @@ def _permissions_and_groups(transactional_db: None) -> None:
 
     emit_post_migrate_signal(verbosity=0, interactive=False, db="default")
     ensure_default_groups()
+
+
+@pytest.fixture(scope="session")
+def live_server() -> Iterator[Any]:
+    """daphne (ASGI: pages and the live websockets) instead of pytest-django's WSGI server."""
+    from tests.live.server import AsgiLiveServer
+
+    server = AsgiLiveServer().start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")

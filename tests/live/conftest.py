@@ -7,6 +7,7 @@ reads is what another process would read.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
@@ -83,5 +84,14 @@ def _empty_channel_layer() -> Iterator[None]:
     # Only the in-memory layer: channels_redis' flush also closes the connections that the
     # push thread's event loop holds (from this loop, which fails). A socket a failed test
     # left in a Redis group only costs messages that expire.
-    if isinstance(layer, InMemoryChannelLayer):
+    if isinstance(layer, InMemoryChannelLayer) and not _loop_running():
         async_to_sync(layer.flush)()
+
+
+def _loop_running() -> bool:
+    """Playwright's loop runs in browser tests' thread (and the live server uses the layer)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

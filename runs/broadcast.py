@@ -13,11 +13,14 @@ once per event, when the transaction's set can no longer be collected.
 
 Messages carry ids only and survive a JSON round trip::
 
-    {"type": "runs.changed", "run_ids": ["run_…", …], "push_id": "…"}
+    {"type": "runs.changed", "run_ids": ["run_…", …], "request_run_ids": [...], "push_id": "…"}
 
-Every live consumer (``runs.consumers``) is in the one group ``GROUP``; it re-reads
-what its page shows and renders the same named partials as the page, so a
-duplicated, late or reordered message does no harm.
+``request_run_ids`` are the runs whose questions changed (asked, answered, closed,
+expired: an ``InputRequest`` was saved, or an event about one was appended), so the
+inbox and its badge, which show only questions, can skip pushes about anything else.
+Each web process has one channel in the group ``GROUP`` (``runs.consumers``); its
+sockets re-read what their pages show and render the same named partials as the pages,
+so a duplicated, late or reordered message does no harm.
 
 Delivery never blocks the committing thread. With Redis (``REDIS_URL``, every
 deployment where workers run in other processes) messages go out from one event
@@ -44,7 +47,7 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import DEFAULT_DB_ALIAS, transaction
 from django.db.models.signals import post_save
 
-from runs.models import RunEvent
+from runs.models import InputRequest, RunEvent
 
 logger = logging.getLogger(__name__)
 
@@ -55,16 +58,21 @@ MESSAGE_TYPE = "runs.changed"
 # --- Collecting the runs a transaction changed ---------------------------------------------
 
 
+# Run events that are about a run's question (the inbox shows questions only).
+REQUEST_EVENTS = frozenset({"run.interrupted", "request.answered", "request.closed"})
+
+
 class Batch:
     """The runs one transaction changed; called once, when it commits."""
 
     def __init__(self) -> None:
         self.run_ids: set[str] = set()
+        self.request_run_ids: set[str] = set()
         self.sent = False
 
     def __call__(self) -> None:
         self.sent = True
-        push(sorted(self.run_ids))
+        push(sorted(self.run_ids), request_run_ids=sorted(self.request_run_ids))
 
     def __repr__(self) -> str:
         return f"<push of {sorted(self.run_ids)}>"
@@ -74,8 +82,9 @@ class Batch:
 _batches: weakref.WeakKeyDictionary[Any, Batch] = weakref.WeakKeyDictionary()
 
 
-def run_changed(run_id: str, *, using: str = DEFAULT_DB_ALIAS) -> None:
-    """Note that ``run_id`` changed in the current transaction; push once it commits."""
+def run_changed(run_id: str, *, requests: bool = False, using: str = DEFAULT_DB_ALIAS) -> None:
+    """Note that ``run_id`` changed in the current transaction (``requests``: one of its
+    questions did); push once it commits."""
     connection = transaction.get_connection(using)
     batch = _batches.get(connection)
     # A batch whose callback is no longer waiting for the commit was sent (or captured
@@ -85,9 +94,13 @@ def run_changed(run_id: str, *, using: str = DEFAULT_DB_ALIAS) -> None:
         batch = Batch()
         _batches[connection] = batch
         batch.run_ids.add(run_id)
+        if requests:
+            batch.request_run_ids.add(run_id)
         transaction.on_commit(batch, using=using, robust=True)
         return
     batch.run_ids.add(run_id)
+    if requests:
+        batch.request_run_ids.add(run_id)
 
 
 def _waiting(connection: Any, batch: Batch) -> bool:
@@ -98,22 +111,42 @@ def _on_run_event_saved(
     sender: type[RunEvent], instance: RunEvent, created: bool, raw: bool = False, **kwargs: Any
 ) -> None:
     if created and not raw:
-        run_changed(instance.run_id, using=kwargs.get("using") or DEFAULT_DB_ALIAS)
+        run_changed(
+            instance.run_id,
+            requests=instance.type in REQUEST_EVENTS,
+            using=kwargs.get("using") or DEFAULT_DB_ALIAS,
+        )
+
+
+def _on_request_saved(
+    sender: type[InputRequest], instance: InputRequest, raw: bool = False, **kwargs: Any
+) -> None:
+    if not raw:
+        run_changed(instance.run_id, requests=True, using=kwargs.get("using") or DEFAULT_DB_ALIAS)
 
 
 def connect_signals() -> None:
-    """Called from ``RunsConfig.ready``: every appended run event marks its run changed."""
+    """Called from ``RunsConfig.ready``: every appended run event, and every saved
+    question, marks its run changed."""
     post_save.connect(_on_run_event_saved, sender=RunEvent, dispatch_uid="holdpoint-push")
+    post_save.connect(_on_request_saved, sender=InputRequest, dispatch_uid="holdpoint-push-q")
 
 
 # --- Sending -----------------------------------------------------------------------------
 
 
-def message_for(run_ids: Iterable[str]) -> dict[str, Any]:
-    return {"type": MESSAGE_TYPE, "run_ids": list(run_ids), "push_id": uuid.uuid4().hex}
+def message_for(run_ids: Iterable[str], request_run_ids: Iterable[str] = ()) -> dict[str, Any]:
+    return {
+        "type": MESSAGE_TYPE,
+        "run_ids": list(run_ids),
+        "request_run_ids": list(request_run_ids),
+        "push_id": uuid.uuid4().hex,
+    }
 
 
-def push(run_ids: list[str]) -> concurrent.futures.Future[None] | None:
+def push(
+    run_ids: list[str], *, request_run_ids: list[str] | None = None
+) -> concurrent.futures.Future[None] | None:
     """Tell every live page that ``run_ids`` changed (after the commit, never blocking).
 
     Returns the future of the send, or None when nothing was sent (no channel layer,
@@ -124,7 +157,7 @@ def push(run_ids: list[str]) -> concurrent.futures.Future[None] | None:
     layer = get_channel_layer()
     if layer is None:
         return None
-    message = message_for(run_ids)
+    message = message_for(run_ids, request_run_ids or ())
     if isinstance(layer, InMemoryChannelLayer):
         loop = _consumer_loop
         if loop is None or loop.is_closed() or not loop.is_running():

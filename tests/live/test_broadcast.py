@@ -99,9 +99,29 @@ def test_it_schedules_nothing_for_a_rolled_back_savepoint(
 
 
 def test_a_message_is_ids_only_and_survives_json() -> None:
-    message = broadcast.message_for(["run_1", "run_2"])
-    assert set(message) == {"type", "run_ids", "push_id"}
+    message = broadcast.message_for(["run_1", "run_2"], ["run_2"])
+    assert set(message) == {"type", "run_ids", "request_run_ids", "push_id"}
     assert json.loads(json.dumps(message)) == message
+
+
+@pytest.mark.django_db
+def test_it_says_which_runs_questions_changed(django_capture_on_commit_callbacks: Any) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        quiet = start()
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        log_line(quiet, "a log line is not about a question")
+    [batch] = batches(callbacks)
+    assert batch.request_run_ids == set()
+
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        _run, _lease, _cp, req = interrupted()  # asks on the oldest queued run
+    asking = req.run_id
+    assert any(asking in b.request_run_ids for b in batches(callbacks))
+
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        services.run_cancel(run_id=asking, reason="no")  # closes the question
+    [batch] = batches(callbacks)
+    assert batch.request_run_ids == {asking}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -123,4 +143,5 @@ def test_it_delivers_one_message_per_commit_through_the_channel_layer() -> None:
     [message] = run(scenario)
     assert message["type"] == broadcast.MESSAGE_TYPE
     assert message["run_ids"] == [target.id]
+    assert message["request_run_ids"] == []
     assert json.loads(json.dumps(message)) == message

@@ -2,22 +2,29 @@
 badge of every other page.
 
 Each socket belongs to one page. At connect it needs a signed-in user (and, for a run,
-one who may see that run; an outsider is refused before the handshake completes), and
-joins the group every push goes to (``runs.broadcast``). Then, and after every push,
-it re-reads what its page shows and sends the page's own named partials, rendered as
-the page renders them, marked ``hx-swap-oob`` (htmx's ws extension swaps them in by id).
+one who may see that run; an outsider is refused before the handshake completes). Then,
+and after every push, it re-reads what its page shows and sends the page's own named
+partials, rendered as the page renders them, marked ``hx-swap-oob`` (htmx's ws extension
+swaps them in by id).
 
 A socket that connects, or reconnects after a network drop, first gets what changed
-since its page was rendered (the page's ``v`` token names what it shows), so nothing
-is missed; htmx reconnects by itself.
+since its page was rendered (the page's ``v`` token names what it shows), so nothing is
+missed; htmx reconnects by itself.
 
-Every render re-reads the session and the user: a signed-out user's socket closes
-(4401), a user who lost ``runs.view_run`` gets nothing and is closed (4403); htmx does
-not reconnect after either. Forms in a push get a fresh CSRF token of the user's own
-cookie and fresh idempotency keys, exactly like the page.
+The sockets of a process share one ``Hub``: one channel in the push group
+(``runs.broadcast``), and one render at a time for all of them. A push is rendered in
+one worker thread with one database connection: the session, user and permission of
+every socket are checked again in three queries (a signed-out user's socket closes with
+4401, one who lost ``runs.view_run`` gets nothing and is closed with 4403; htmx does not
+reconnect after either), and what a page shows every user alike (a run's status,
+attempts, timeline) is rendered once for all the sockets that show it. What depends on
+the user (the cancel and retry forms, the answer card, the inbox) is rendered for that
+socket, with a fresh CSRF token of the user's own cookie and fresh idempotency keys,
+exactly like the page, and only when it changed. Pushes arriving during a render are
+merged into the next one.
 
-Pushes carry only run ids, so a consumer keeps what it last sent to tell what is new:
-the run page the last event number, the lists their rows and cards with versions. The
+Pushes carry only ids, so each socket keeps what it last sent to tell what is new: the
+run page the last event number, the lists their rows and cards with versions. The
 browser also keeps any part whose ``data-version`` did not change, with what the person
 typed into it (app.js).
 """
@@ -25,23 +32,28 @@ typed into it (app.js).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+import weakref
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Any, TypeVar
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.layers import get_channel_layer
 from django.conf import settings
-from django.contrib import auth
+from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
+from django.contrib.sessions.models import Session
 from django.core.handlers.asgi import ASGIRequest
 from django.db import close_old_connections
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.middleware.csrf import CsrfViewMiddleware
 from django.template.loader import render_to_string
 from django.utils import timezone, translation
+from django.utils.crypto import constant_time_compare
 
 from runs import broadcast
 from runs.metrics import OPEN_WEBSOCKETS
@@ -51,44 +63,35 @@ from runs.states import RequestStatus
 from runs.views._common import user_timezone
 from runs.views.cards import build_card, card_version
 from runs.views.inbox import TABS, inbox_context, inbox_requests, inbox_token
-from runs.views.runs import run_context, run_list_context
+from runs.views.runs import (
+    run_context,
+    run_controls_state,
+    run_list_context,
+    run_retry_blockers,
+    run_shared_context,
+)
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+DATABASE_SESSIONS = (
+    "django.contrib.sessions.backends.db",
+    "django.contrib.sessions.backends.cached_db",
+)
 SIGNED_OUT = 4401
 FORBIDDEN = 4403
 MAX_RUN_IDS = 10_000
-
-
-@dataclass
-class Reply:
-    html: str = ""
-    close: int | None = None
-
-
-def live_request(scope: dict[str, Any]) -> HttpRequest:
-    """A request that stands for the socket's page at this moment.
-
-    The session and the user are read again now, as an HTTP request would read them:
-    a session that ended or whose password changed gives an anonymous user. The CSRF
-    token comes from the page's own cookie, so a pushed form posts like a rendered one.
-    """
-    request = ASGIRequest({**scope, "type": "http", "method": "GET"}, io.BytesIO())
-    engine = import_module(settings.SESSION_ENGINE)
-    request.session = engine.SessionStore(request.COOKIES.get(settings.SESSION_COOKIE_NAME))
-    request.user = auth.get_user(request)
-    CsrfViewMiddleware(lambda _request: HttpResponse()).process_request(request)
-    return request
+# channels_redis forgets a group member after a day, and a restarted Redis forgets all of
+# them: the hub joins again every few minutes (one ZADD).
+REJOIN_SECONDS = 300.0
 
 
 def _in_thread(func: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     """Run ``func`` in a worker thread, as a request: connections are closed after it.
 
-    Not thread-sensitive: renders of many sockets do not queue behind the pages' views
-    in the one thread Django keeps for sync code. The connections are closed inside the
-    call (``CONN_MAX_AGE`` applies as to a request); channels' own clean-up runs outside
-    the call's context and missed a connection opened by a render that closed its socket.
+    Not thread-sensitive: renders do not queue behind the pages' views in the one thread
+    Django keeps for sync code. The connections are closed inside the call (channels'
+    own clean-up runs outside the call's context and missed some).
     """
 
     def call(*args: Any) -> T:
@@ -100,11 +103,263 @@ def _in_thread(func: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     return database_sync_to_async(call, thread_sensitive=False)
 
 
+# --- One render for every socket of the process ---------------------------------------------
+
+
+@dataclass
+class Change:
+    """What a render is about: ``None`` for a socket's first render (a snapshot)."""
+
+    run_ids: frozenset[str]
+    request_run_ids: frozenset[str]
+
+
+@dataclass
+class Reply:
+    html: str = ""
+    close: int | None = None
+
+
+@dataclass
+class Batch:
+    """Shared by the sockets of one render: what one computed, the others reuse."""
+
+    memo: dict[Any, Any] = field(default_factory=dict)
+
+    def get(self, key: Any, make: Callable[[], T]) -> T:
+        if key not in self.memo:
+            self.memo[key] = make()
+        value: T = self.memo[key]
+        return value
+
+
+@dataclass
+class Viewer:
+    user: Any
+    may_view: bool  # still has runs.view_run
+
+
+def signed_in_users(scopes: Iterable[dict[str, Any]]) -> dict[str, Viewer | None]:
+    """Who each socket's session stands for now, or None: three queries for them all.
+
+    The same checks as ``django.contrib.auth.get_user``: a session that ended (signed out,
+    expired) or whose password changed since gives no user, nor does an inactive one.
+    ``runs.view_run`` is read afresh (``with_perm``, the auth backend's own query).
+    """
+    keys = {_session_key(scope) for scope in scopes} - {""}
+    claims: dict[str, tuple[str, str]] = {}
+    for key, data in _sessions(keys):
+        if SESSION_KEY in data:
+            claims[key] = (str(data[SESSION_KEY]), str(data.get(HASH_SESSION_KEY)))
+    user_model = get_user_model()
+    user_ids = {user_id for user_id, _hash in claims.values()}
+    users = {str(u.pk): u for u in user_model._default_manager.filter(pk__in=user_ids)}
+    viewers = {
+        str(pk)
+        for pk in user_model._default_manager.with_perm(VIEW)
+        .filter(pk__in=user_ids)
+        .values_list("pk", flat=True)
+    }
+    result: dict[str, Viewer | None] = dict.fromkeys(keys)
+    for key, (user_id, session_hash) in claims.items():
+        user = users.get(user_id)
+        if user is None or not user.is_active:
+            continue
+        if not constant_time_compare(session_hash, user.get_session_auth_hash()):
+            continue
+        result[key] = Viewer(user, user_id in viewers)
+    return result
+
+
+def _sessions(keys: set[str]) -> Iterable[tuple[str, dict[str, Any]]]:
+    """The data of the sessions that still exist: one query with database sessions."""
+    if settings.SESSION_ENGINE in DATABASE_SESSIONS:
+        rows = Session.objects.filter(session_key__in=keys, expire_date__gt=timezone.now())
+        return [(row.session_key, row.get_decoded()) for row in rows]
+    engine = import_module(settings.SESSION_ENGINE)
+    return [(key, engine.SessionStore(key).load()) for key in keys]
+
+
+def _session_key(scope: dict[str, Any]) -> str:
+    return str(scope.get("cookies", {}).get(settings.SESSION_COOKIE_NAME, ""))
+
+
+def live_request(scope: dict[str, Any], user: Any) -> HttpRequest:
+    """A request that stands for the socket's page at this moment, for ``user``.
+
+    The CSRF token comes from the page's own cookie, so a pushed form posts like a
+    rendered one; language and time zone come from the page's cookies and headers.
+    """
+    request = ASGIRequest({**scope, "type": "http", "method": "GET"}, io.BytesIO())
+    request.user = user
+    CsrfViewMiddleware(lambda _request: HttpResponse()).process_request(request)
+    return request
+
+
+def render_batch(
+    sockets: list[LiveConsumer], change: Change | None, snapshots: set[LiveConsumer]
+) -> list[tuple[LiveConsumer, Reply]]:
+    """Render one push (``change``) for ``sockets``, and first renders for ``snapshots``."""
+    users = signed_in_users(s.scope for s in sockets)
+    batch = Batch()
+    replies = []
+    for socket in sockets:
+        viewer = users.get(_session_key(socket.scope))
+        if viewer is None:
+            replies.append((socket, Reply(close=SIGNED_OUT)))
+            continue
+        if socket.requires_view and not viewer.may_view:
+            replies.append((socket, Reply(close=FORBIDDEN)))
+            continue
+        first = socket in snapshots
+        if not first and (change is None or not socket.concerned(change)):
+            continue
+        request = live_request(socket.scope, viewer.user)
+        language = translation.get_language_from_request(request)
+        try:
+            with translation.override(language), timezone.override(user_timezone(request)):
+                request.LANGUAGE_CODE = translation.get_language()
+                html = socket.render(request, None if first else change, batch)
+        except Exception:
+            # One page that cannot be rendered must not keep the others waiting.
+            logger.exception("live render failed for %s", socket.scope.get("path"))
+            continue
+        if html:
+            replies.append((socket, Reply(html=html)))
+    return replies
+
+
+class Hub:
+    """The live sockets of one event loop (one web process), their one channel in the
+    push group, and their renders, one at a time."""
+
+    def __init__(self) -> None:
+        self.sockets: set[LiveConsumer] = set()
+        self.snapshots: set[LiveConsumer] = set()
+        self.run_ids: set[str] = set()
+        self.request_run_ids: set[str] = set()
+        self.changed = False
+        self.wake = asyncio.Event()
+        self.channel = ""
+        self.tasks: list[asyncio.Task[None]] = []
+        self.lock = asyncio.Lock()
+
+    async def add(self, socket: LiveConsumer) -> None:
+        async with self.lock:
+            if not self.tasks:
+                await self._start()
+            self.sockets.add(socket)
+            self.snapshots.add(socket)
+            self.wake.set()
+
+    async def remove(self, socket: LiveConsumer) -> None:
+        async with self.lock:
+            self.sockets.discard(socket)
+            self.snapshots.discard(socket)
+            if not self.sockets and self.tasks:
+                await self._stop()
+
+    async def _start(self) -> None:
+        layer = get_channel_layer()
+        assert layer is not None, "the live dashboard needs CHANNEL_LAYERS"
+        self.channel = await layer.new_channel()
+        await layer.group_add(broadcast.GROUP, self.channel)
+        broadcast.attach_loop(asyncio.get_running_loop())
+        self.tasks = [
+            asyncio.create_task(self._receive(layer)),
+            asyncio.create_task(self._render()),
+            asyncio.create_task(self._rejoin(layer)),
+        ]
+
+    async def _stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self.tasks = []
+        layer = get_channel_layer()
+        if layer is not None:
+            await layer.group_discard(broadcast.GROUP, self.channel)
+
+    async def _rejoin(self, layer: Any) -> None:
+        while True:
+            await asyncio.sleep(REJOIN_SECONDS)
+            with contextlib.suppress(Exception):
+                await layer.group_add(broadcast.GROUP, self.channel)
+
+    async def _receive(self, layer: Any) -> None:
+        while True:
+            try:
+                message = await layer.receive(self.channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # Redis went away: pushes were lost meanwhile. Once it answers again, join
+                # again and have every page catch up, as after a reconnect.
+                logger.warning("live pushes: channel layer receive failed: %r", exc)
+                await asyncio.sleep(1.0)
+                with contextlib.suppress(Exception):
+                    await layer.group_add(broadcast.GROUP, self.channel)
+                    self.snapshots |= self.sockets
+                    self.wake.set()
+                continue
+            if message.get("type") != broadcast.MESSAGE_TYPE:
+                continue
+            self.run_ids |= _ids(message.get("run_ids"))
+            # A message without the field (an older sender) may be about questions too.
+            requests = message.get("request_run_ids", message.get("run_ids"))
+            self.request_run_ids |= _ids(requests)
+            self.changed = True
+            self.wake.set()
+
+    async def _render(self) -> None:
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            change = None
+            if self.changed:
+                change = Change(frozenset(self.run_ids), frozenset(self.request_run_ids))
+                self.run_ids, self.request_run_ids, self.changed = set(), set(), False
+            snapshots, self.snapshots = self.snapshots, set()
+            sockets = list(self.sockets)
+            if not sockets:
+                continue
+            try:
+                replies = await _in_thread(render_batch)(sockets, change, snapshots)
+            except Exception:
+                logger.exception("live render failed")
+                continue
+            for socket, reply in replies:
+                await socket.deliver(reply)
+
+
+def _ids(value: Any) -> set[str]:
+    if not isinstance(value, list):
+        return set()
+    return {str(item) for item in value[:MAX_RUN_IDS]}
+
+
+_hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Hub] = weakref.WeakKeyDictionary()
+
+
+def hub() -> Hub:
+    loop = asyncio.get_running_loop()
+    if loop not in _hubs:
+        _hubs[loop] = Hub()
+    return _hubs[loop]
+
+
+# --- The sockets -------------------------------------------------------------------------
+
+
 class LiveConsumer(AsyncWebsocketConsumer):
     """What every live socket does; subclasses say what their page shows."""
 
-    joined = False
+    registered = False
     counted = False
+    badge: int | None = None
+    requires_view = True  # checked again at every render (the hub, in bulk)
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -115,20 +370,18 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if not await _in_thread(self.may_connect)(user):
             await self.close(code=FORBIDDEN)
             return
-        # Join before reading: a change committed while the first render runs is pushed
-        # again afterwards, never lost in between.
-        await self.channel_layer.group_add(broadcast.GROUP, self.channel_name)
-        self.joined = True
         await self.accept()
         OPEN_WEBSOCKETS.inc()
         self.counted = True
-        broadcast.attach_loop(asyncio.get_running_loop())
-        await self.refresh(None)
+        # Joining comes before the first read (the hub's next render): a change committed
+        # meanwhile is rendered after it, never lost in between.
+        await hub().add(self)
+        self.registered = True
 
     async def disconnect(self, code: int) -> None:
-        if self.joined:
-            await self.channel_layer.group_discard(broadcast.GROUP, self.channel_name)
-            self.joined = False
+        if self.registered:
+            await hub().remove(self)
+            self.registered = False
         if self.counted:
             OPEN_WEBSOCKETS.dec()
             self.counted = False
@@ -136,45 +389,29 @@ class LiveConsumer(AsyncWebsocketConsumer):
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         """The page sends nothing; whatever arrives is ignored."""
 
-    async def runs_changed(self, message: dict[str, Any]) -> None:
-        run_ids = message.get("run_ids")
-        if not isinstance(run_ids, list):
+    async def deliver(self, reply: Reply) -> None:
+        if not self.registered:
             return
-        await self.refresh(frozenset(str(r) for r in run_ids[:MAX_RUN_IDS]))
-
-    async def refresh(self, run_ids: frozenset[str] | None) -> None:
-        """Send what changed; ``run_ids`` None: the first render after (re)connecting."""
-        reply: Reply = await _in_thread(self._render)(run_ids)
         if reply.close is not None:
+            await hub().remove(self)
+            self.registered = False
             await self.close(code=reply.close)
         elif reply.html:
             await self.send(text_data=reply.html)
 
-    def _render(self, run_ids: frozenset[str] | None) -> Reply:
-        request = live_request(self.scope)
-        if not request.user.is_authenticated:
-            return Reply(close=SIGNED_OUT)
-        if not self.may_see(request.user):
-            return Reply(close=FORBIDDEN)
-        language = translation.get_language_from_request(request)
-        with translation.override(language), timezone.override(user_timezone(request)):
-            request.LANGUAGE_CODE = translation.get_language()
-            return Reply(html=self.render(request, run_ids))
-
     # Subclasses -------------------------------------------------------------------------
 
     def may_connect(self, user: Any) -> bool:
-        return self.may_see(user)
+        return bool(user.has_perm(VIEW)) if self.requires_view else True
 
-    def may_see(self, user: Any) -> bool:
-        return bool(user.has_perm(VIEW))
+    def concerned(self, change: Change) -> bool:
+        """Whether ``change`` may alter what this page shows."""
+        return bool(change.request_run_ids)
 
-    def render(self, request: HttpRequest, run_ids: frozenset[str] | None) -> str:
+    def render(self, request: HttpRequest, change: Change | None, batch: Batch) -> str:
         raise NotImplementedError
 
     # Shared -----------------------------------------------------------------------------
-
-    badge: int | None = None
 
     def token(self) -> str:
         """What the page was rendered with (its ``v``); "" when it did not say."""
@@ -189,61 +426,86 @@ class LiveConsumer(AsyncWebsocketConsumer):
         request._holdpoint_inbox_count = count  # type: ignore[attr-defined]
         return render_to_string("base.html#inbox-count", {"oob": True}, request=request)
 
-    def sent_badge(self, request: HttpRequest) -> None:
-        self.badge = getattr(request, "_holdpoint_inbox_count", self.badge)
-
 
 class BadgeConsumer(LiveConsumer):
     """Pages without a live list of their own keep the inbox badge in the nav current."""
 
-    def may_see(self, user: Any) -> bool:
-        return True  # the badge counts 0 for a user who may see no runs
+    requires_view = False  # signed in is enough: the badge counts 0 for who may see no runs
 
-    def render(self, request: HttpRequest, run_ids: frozenset[str] | None) -> str:
+    def render(self, request: HttpRequest, change: Change | None, batch: Batch) -> str:
         if self.badge is None and self.token().isdigit():
             self.badge = int(self.token())  # the count the page was rendered with
         return self.render_badge(request)
 
 
 class RunConsumer(LiveConsumer):
-    """One run's page: status, header, controls, the pending card, attempts, timeline,
-    checkpoints, the result; the side-effect report is fetched again when the ledger moved."""
+    """One run's page: status, header, attempts, timeline, checkpoints and result (alike
+    for everyone), the user's controls and pending card (when they change), the badge;
+    the side-effect report is fetched again when the ledger moved."""
 
     seq: int | None = None
+    controls: str | None = None
 
     @property
     def run_id(self) -> str:
         return str(self.scope["url_route"]["kwargs"]["run_id"])
 
-    def may_see(self, user: Any) -> bool:
+    def may_connect(self, user: Any) -> bool:
+        """An outsider, or a run that does not exist: refused, and nothing says which."""
         try:
             run_get_for_user(user=user, run_id=self.run_id)
         except Http404:
             return False
         return True
 
-    def render(self, request: HttpRequest, run_ids: frozenset[str] | None) -> str:
-        if run_ids is not None and self.run_id not in run_ids:
-            return self.render_badge(request)
-        run = Run.objects.filter(pk=self.run_id).first()
+    def concerned(self, change: Change) -> bool:
+        return self.run_id in change.run_ids or bool(change.request_run_ids)
+
+    def render(self, request: HttpRequest, change: Change | None, batch: Batch) -> str:
+        parts = []
+        if change is None or self.run_id in change.run_ids:
+            parts.append(self._render_run(request, batch, first=change is None))
+        if change is None or change.request_run_ids:
+            parts.append(self.render_badge(request, force=change is None))
+        return "".join(parts)
+
+    def _render_run(self, request: HttpRequest, batch: Batch, *, first: bool) -> str:
+        run = batch.get(("run", self.run_id), lambda: Run.objects.filter(pk=self.run_id).first())
         if run is None:
             return ""
         known = self.seq
         if known is None and self.token().isdigit():
             known = int(self.token())
+        blockers = batch.get(("blockers", run.id), lambda: run_retry_blockers(run))
+        controls = run_controls_state(run, blockers)
         if known is not None and run.last_event_seq <= known:
             self.seq = max(known, run.last_event_seq)
-            return self.render_badge(request)
-        context = run_context(request, run)
-        context["oob"] = True
-        context["refresh_report"] = (
-            known is not None
-            and run.events.filter(seq__gt=known, type__startswith="side_effect.").exists()
+            if self.controls is None:
+                self.controls = controls  # the page was rendered with these
+            return ""
+        language, zone = translation.get_language(), timezone.get_current_timezone_name()
+        shared = batch.get(("shared-context", run.id), lambda: run_shared_context(run))
+        html = batch.get(
+            ("shared", run.id, language, zone),
+            lambda: render_to_string("runs/run_detail.html#run-live-shared", shared, request),
         )
-        html = render_to_string("runs/run_detail.html#run-live", context, request=request)
+        parts = [html]
+        if first or controls != self.controls:
+            context = run_context(request, run, shared=shared, retry_blockers=blockers)
+            parts.append(render_to_string("runs/run_detail.html#run-live-user", context, request))
+            self.controls = controls
+        ledger_moved = known is not None and batch.get(
+            ("ledger", run.id, known),
+            lambda: run.events.filter(seq__gt=known, type__startswith="side_effect.").exists(),
+        )
+        if ledger_moved:
+            parts.append(
+                render_to_string(
+                    "runs/run_detail.html#run-report-refresh", {"run": run, "oob": True}, request
+                )
+            )
         self.seq = run.last_event_seq
-        self.sent_badge(request)
-        return html
+        return "".join(parts)
 
 
 class InboxConsumer(LiveConsumer):
@@ -258,10 +520,9 @@ class InboxConsumer(LiveConsumer):
         tab = str(self.params.get("tab", "needs"))
         return tab if tab in dict(TABS) else "needs"
 
-    def render(self, request: HttpRequest, run_ids: frozenset[str] | None) -> str:
+    def render(self, request: HttpRequest, change: Change | None, batch: Batch) -> str:
         user = request.user
-        keep = self._keep(user, run_ids)
-        requests = inbox_requests(user, self.tab, keep=keep)
+        requests = inbox_requests(user, self.tab, keep=self._keep(user))
         ids = [r.id for r in requests]
         versions = {
             r.id: card_version(r, can_answer=user.has_perm(permission_for_request_kind(r.kind)))
@@ -272,7 +533,7 @@ class InboxConsumer(LiveConsumer):
             if inbox_token(versions.items()) != self.token():
                 return self._render_list(request, requests)
             self.shown, self.versions = ids, versions
-            return self.render_badge(request)
+            return self._counts(request, force=True)
         if ids != self.shown:
             return self._render_list(request, requests)
         html: list[str] = [
@@ -288,7 +549,7 @@ class InboxConsumer(LiveConsumer):
         html.append(self._counts(request))
         return "".join(html)
 
-    def _keep(self, user: Any, run_ids: frozenset[str] | None) -> list[str]:
+    def _keep(self, user: Any) -> list[str]:
         """Cards on the page whose request left the list: keep the ones a person should
         see closed (expired, closed with the run, answered by this user)."""
         if not self.shown or self.tab not in ("needs", "all"):
@@ -325,31 +586,37 @@ class RunListConsumer(LiveConsumer):
     shown: list[str] | None = None
     token_seen = ""
 
-    def render(self, request: HttpRequest, run_ids: frozenset[str] | None) -> str:
-        context = run_list_context(request.user, self.params)
+    def concerned(self, change: Change) -> bool:
+        return bool(change.run_ids)
+
+    def render(self, request: HttpRequest, change: Change | None, batch: Batch) -> str:
+        query = self.scope.get("query_string", b"")
+        zone = timezone.get_current_timezone_name()
+        key = ("runs", query, translation.get_language(), zone)
+        context = batch.get(key, lambda: run_list_context(request.user, self.params))
         ids = [row["run"].id for row in context["rows"]]
         token = context["live_token"]
+        badge = ""
+        if change is None or change.request_run_ids:
+            badge = self.render_badge(request, force=change is None)
         if self.shown is None and token == self.token():
             self.shown, self.token_seen = ids, token
-            return self.render_badge(request)
+            return badge
         if token == self.token_seen:
-            return self.render_badge(request)
-        context["oob"] = True
+            return badge
+        context = {**context, "oob": True}
         html: str
         if ids != self.shown:
-            html = render_to_string("runs/run_list.html#runs-live", context, request=request)
-            self.sent_badge(request)
+            html = render_to_string("runs/run_list.html#runs-live-rows", context, request)
         else:
             changed = [
                 render_to_string(
-                    "runs/run_list.html#run-row",
-                    {"row": row, "row_oob": True},
-                    request=request,
+                    "runs/run_list.html#run-row", {"row": row, "row_oob": True}, request
                 )
                 for row in context["rows"]
-                if run_ids is None or row["run"].id in run_ids
+                if change is None or row["run"].id in change.run_ids
             ]
-            tabs = render_to_string("runs/run_list.html#runs-tabs", context, request=request)
-            html = tabs + "".join(changed) + self.render_badge(request)
+            tabs = render_to_string("runs/run_list.html#runs-tabs", context, request)
+            html = tabs + "".join(changed)
         self.shown, self.token_seen = ids, token
-        return html
+        return html + badge

@@ -219,6 +219,40 @@ def _checkpoint_rows(run: Run) -> list[dict[str, Any]]:
     ]
 
 
+def run_shared_context(run: Run, *, timeline: str = "") -> dict[str, Any]:
+    """What the run page shows every user alike; its live socket renders it once per push
+    for all the pages open on the run (``runs.consumers``)."""
+    return {
+        "run": run,
+        # The live socket sends nothing older than the events this page was rendered from.
+        "live_token": run.last_event_seq,
+        "status_text": run_status_text(run),
+        "tone": status_tone(run.status),
+        "attempts": _attempt_rows(run),
+        "timeline": _timeline(run, timeline),
+        "timeline_filter": timeline,
+        "timeline_filters": [(k, v[0]) for k, v in TIMELINE_FILTERS.items()],
+        "checkpoints": _checkpoint_rows(run),
+        "input_text": as_text(run.input),
+        "result_text": as_text(run.result) if run.result is not None else "",
+        "created": clock(run.created_at),
+        "finished": clock(run.finished_at),
+        "not_before": clock(run.not_before),
+    }
+
+
+def run_retry_blockers(run: Run) -> list[str]:
+    if run.status not in (RunStatus.FAILED, RunStatus.CANCELLED):
+        return []
+    return [str(why) for why in services.retry_blockers(run)]
+
+
+def run_controls_state(run: Run, blockers: list[str]) -> str:
+    """Names what the run's controls and pending card offer, whoever looks (a live page
+    renders them again for its user only when this changed)."""
+    return _version(run.status, run.pending_request_id, run.latest_checkpoint_id, blockers)
+
+
 def run_context(
     request: HttpRequest,
     run: Run,
@@ -229,7 +263,11 @@ def run_context(
     message: str = "",
     level: str = "info",
     timeline: str = "",
+    shared: dict[str, Any] | None = None,
+    retry_blockers: list[str] | None = None,
 ) -> dict[str, Any]:
+    """The run page's context for ``request.user``: the shared part (``shared`` when the
+    caller already has it) and the cards and controls that depend on who looks."""
     user = request.user
     if pending_card is None and run.pending_request_id:
         req = InputRequest.objects.select_related("run", "answered_by").get(
@@ -245,55 +283,38 @@ def run_context(
             .first()
         )
     checkpoints = list(run.checkpoints.order_by("-number"))
-    retry_blockers = (
-        services.retry_blockers(run)
-        if run.status in (RunStatus.FAILED, RunStatus.CANCELLED)
-        else []
-    )
+    if retry_blockers is None:
+        retry_blockers = run_retry_blockers(run)
     can_cancel = user.has_perm(CANCEL)
     can_retry = user.has_perm(RETRY)
-    return {
-        "run": run,
-        # The live socket sends nothing older than the events this page was rendered from.
-        "live_token": run.last_event_seq,
-        "status_text": run_status_text(run),
-        "tone": status_tone(run.status),
-        "message": message,
-        "message_level": level,
-        "pending_card": pending_card,
-        "last_card": (build_card(last_request, user=user, origin="run") if last_request else None),
-        "attempts": _attempt_rows(run),
-        "timeline": _timeline(run, timeline),
-        "timeline_filter": timeline,
-        "timeline_filters": [(k, v[0]) for k, v in TIMELINE_FILTERS.items()],
-        "checkpoints": _checkpoint_rows(run),
-        "can_cancel": can_cancel,
-        "can_retry": can_retry,
-        # A live push keeps the cancel and retry forms (and what is typed in them) unless
-        # what they offer changed.
-        "controls_version": _version(
-            run.status,
-            run.pending_request_id,
-            [cp.id for cp in checkpoints],
-            [str(why) for why in retry_blockers],
-            can_cancel,
-            can_retry,
-        ),
-        "cancellable": run.status in CANCELLABLE and run.status != RunStatus.CANCEL_REQUESTED,
-        "retryable": run.status in (RunStatus.FAILED, RunStatus.CANCELLED),
-        "retry_blockers": retry_blockers,
-        "cancel_form": cancel_form or CancelForm(),
-        "cancel_key": new_idempotency_key(),
-        "retry_form": retry_form or RetryForm(checkpoints=checkpoints),
-        "retry_key": new_idempotency_key(),
-        "input_text": as_text(run.input),
-        "result_text": as_text(run.result) if run.result is not None else "",
-        "created": clock(run.created_at),
-        "finished": clock(run.finished_at),
-        "not_before": clock(run.not_before),
-        "cancel_open": cancel_form is not None and bool(cancel_form.errors),
-        "retry_open": retry_form is not None and bool(retry_form.errors),
-    }
+    context = dict(shared) if shared is not None else run_shared_context(run, timeline=timeline)
+    context.update(
+        {
+            "message": message,
+            "message_level": level,
+            "pending_card": pending_card,
+            "last_card": (
+                build_card(last_request, user=user, origin="run") if last_request else None
+            ),
+            "can_cancel": can_cancel,
+            "can_retry": can_retry,
+            # A live push keeps the cancel and retry forms (and what is typed in them)
+            # unless what they offer changed.
+            "controls_version": _version(
+                run_controls_state(run, retry_blockers), can_cancel, can_retry
+            ),
+            "cancellable": run.status in CANCELLABLE and run.status != RunStatus.CANCEL_REQUESTED,
+            "retryable": run.status in (RunStatus.FAILED, RunStatus.CANCELLED),
+            "retry_blockers": retry_blockers,
+            "cancel_form": cancel_form or CancelForm(),
+            "cancel_key": new_idempotency_key(),
+            "retry_form": retry_form or RetryForm(checkpoints=checkpoints),
+            "retry_key": new_idempotency_key(),
+            "cancel_open": cancel_form is not None and bool(cancel_form.errors),
+            "retry_open": retry_form is not None and bool(retry_form.errors),
+        }
+    )
+    return context
 
 
 def _version(*parts: Any) -> str:

@@ -8,6 +8,7 @@ committed transaction under the server's ``synchronous_commit``.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 QUEUE = "bench"
@@ -19,16 +20,16 @@ def make_app(url: str) -> Any:
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
 
     @app.task(name="bench_noop", queue=QUEUE)
-    def bench_noop(i: int = 0, deferred_at: float | None = None) -> None:
-        """The trivial task; with ``deferred_at`` it reports its start for the wake-up figure."""
-        if deferred_at is not None:
-            STARTED.append((i, time.monotonic() - deferred_at))
+    def bench_noop(i: int = 0) -> None:
+        """The trivial task; it reports its start for the wake-up figure when asked to."""
+        if ON_START is not None:
+            ON_START(i)
 
     return app
 
 
-# Start delays seen by the task in this process (wake-up latency), in seconds.
-STARTED: list[tuple[int, float]] = []
+# Set in a worker process to learn when each task starts (bench.wakeup).
+ON_START: Callable[[int], None] | None = None
 
 
 def apply_schema(url: str) -> None:

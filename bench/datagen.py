@@ -16,9 +16,9 @@ from typing import Any
 # Shares of a "history" population (finished work, the common case of a big table).
 MIXED_STATUS_SQL = """
 CASE
-  WHEN g % 100 < 80 THEN 'succeeded'
-  WHEN g % 100 < 90 THEN 'failed'
-  WHEN g % 100 < 97 THEN 'cancelled'
+  WHEN g %% 100 < 80 THEN 'succeeded'
+  WHEN g %% 100 < 90 THEN 'failed'
+  WHEN g %% 100 < 97 THEN 'cancelled'
   ELSE 'queued'
 END
 """
@@ -112,10 +112,10 @@ def generate(conn: Any, *, kind: str, start: int, count: int, agent: str, tag: s
                     context, action, expires_at, status, answer, answered_at, closed_reason,
                     closed_at, created_at, answered_by_id, attempt_id, checkpoint_id, run_id)
                 SELECT {req_id},
-                    CASE WHEN g % 5 = 0 THEN 'auth_required' ELSE 'input_required' END,
+                    CASE WHEN g %% 5 = 0 THEN 'auth_required' ELSE 'input_required' END,
                     'ask', '', 'Which version?', '{{"type": "object"}}'::jsonb, '{{}}'::jsonb,
-                    CASE WHEN g % 5 = 0 THEN '{{"tool": "webhook"}}'::jsonb ELSE '{{}}'::jsonb END,
-                    now() + ((g % 1440) * interval '1 minute') + interval '1 hour', 'pending',
+                    CASE WHEN g %% 5 = 0 THEN '{{"tool": "webhook"}}'::jsonb ELSE '{{}}'::jsonb END,
+                    now() + ((g %% 1440) * interval '1 minute') + interval '1 hour', 'pending',
                     NULL, NULL, '', NULL, {created}, NULL, {att_id}, {cp_id}, {run_id}
                 FROM generate_series(%(start)s::bigint, %(end)s::bigint) g
                 """,

@@ -411,6 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     settle = opts.settle or (45.0 if opts.short else 120.0)
     rng = random.Random(opts.seed)
     started = time.monotonic()
+    import logging
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     log(
         f"seed {opts.seed}; {opts.runs} runs, {workers_n} workers x {opts.concurrency}, "
         f"{duration:.0f} s of faults, >= {kills_target} kills"

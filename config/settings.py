@@ -202,6 +202,9 @@ HOLDPOINT_LEASE_SECONDS = env_float("HOLDPOINT_LEASE_SECONDS", 60.0, minimum=1.0
 HOLDPOINT_INPUT_EXPIRES_SECONDS = env_int("HOLDPOINT_INPUT_EXPIRES_SECONDS", 86400, minimum=1)
 # A lost lease starts a new attempt automatically at most this many times in a row.
 HOLDPOINT_MAX_LEASE_LOSSES = env_int("HOLDPOINT_MAX_LEASE_LOSSES", 3, minimum=1)
+# Events and checkpoints of runs finished longer ago than this are purged by the sweep
+# (0 keeps them forever). Live runs are never touched.
+HOLDPOINT_HISTORY_RETENTION_DAYS = env_int("HOLDPOINT_HISTORY_RETENTION_DAYS", 90, minimum=0)
 HOLDPOINT_IDEMPOTENCY_RETENTION_SECONDS = env_int(
     "HOLDPOINT_IDEMPOTENCY_RETENTION_SECONDS", 86400, minimum=60
 )
@@ -216,6 +219,18 @@ HOLDPOINT_AGENT_MODULES = env_list("HOLDPOINT_AGENT_MODULES", ["runtime.demo_age
 HOLDPOINT_CONFIG_STORE_DIR = Path(
     env_str("HOLDPOINT_CONFIG_STORE_DIR", str(VAR_DIR / "config-store"))
 )
+# Side-effect ledger: how long an unsettled effect is left to its worker before it counts as
+# stale (a person may reconcile it, the reconciler looks its key up); webhook tool settings.
+HOLDPOINT_LEDGER_SETTLE_SECONDS = env_int("HOLDPOINT_LEDGER_SETTLE_SECONDS", 300, minimum=1)
+HOLDPOINT_WEBHOOK_TIMEOUT_SECONDS = env_float(
+    "HOLDPOINT_WEBHOOK_TIMEOUT_SECONDS", 10.0, minimum=0.1
+)
+HOLDPOINT_WEBHOOK_LOOKUP_URL = env_str("HOLDPOINT_WEBHOOK_LOOKUP_URL")
+if HOLDPOINT_WEBHOOK_LOOKUP_URL and "{idempotency_key}" not in HOLDPOINT_WEBHOOK_LOOKUP_URL:
+    raise ImproperlyConfigured(
+        "HOLDPOINT_WEBHOOK_LOOKUP_URL must contain {idempotency_key}, "
+        "e.g. https://hooks.example.com/deliveries/{idempotency_key}."
+    )
 
 LOG_FORMAT = env_choice("LOG_FORMAT", "text", ("text", "json"))
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()

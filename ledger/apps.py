@@ -6,3 +6,15 @@ from django.apps import AppConfig
 class LedgerConfig(AppConfig):
     name = "ledger"
     verbose_name = "Side-effect ledger"
+
+    def ready(self) -> None:
+        # runs knows nothing of the ledger (dependencies point runtime -> ledger -> runs);
+        # the ledger plugs its retry guard and its reconciler sweep into the run services.
+        from ledger.selectors import retry_guard
+        from ledger.services import side_effects_look_up_stale
+        from ledger.tools import register_default_tools
+        from runs.services import register_retry_guard, register_sweep
+
+        register_default_tools()
+        register_retry_guard(retry_guard)
+        register_sweep("side_effects", side_effects_look_up_stale)

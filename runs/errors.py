@@ -42,12 +42,20 @@ ERROR_STATUS: dict[str, int] = {
 }
 
 
+# Members of the problem+json body itself; an error's extra facts may not reuse them.
+RESERVED_MEMBERS = frozenset({"type", "title", "status", "detail", "code", "instance"})
+
+
 class HoldpointError(Exception):
     """A refused operation. ``extra`` carries structured facts for the client."""
 
     def __init__(self, code: str, detail: str, **extra: Any) -> None:
         if code not in ERROR_STATUS:
             raise ValueError(f"unknown error code {code!r}")
+        clash = RESERVED_MEMBERS & extra.keys()
+        if clash:
+            # Caught here, at the source, rather than as a 500 when the API renders it.
+            raise ValueError(f"extra facts may not be named {', '.join(sorted(clash))}")
         super().__init__(detail)
         self.code = code
         self.detail = detail

@@ -75,6 +75,8 @@ class Run(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Set when the retention sweep removed this finished run's events and checkpoints.
+    history_purged_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         permissions = [
@@ -96,6 +98,15 @@ class Run(models.Model):
             models.Index(fields=["status", "-created_at"], name="run_status_created_idx"),
             models.Index(fields=["agent", "-created_at"], name="run_agent_created_idx"),
             models.Index(fields=["-created_at"], name="run_created_idx"),
+            # Serves history_purge: finished runs whose history is still there, oldest first.
+            models.Index(
+                fields=["finished_at"],
+                name="run_finished_unpurged_idx",
+                condition=Q(
+                    status__in=[RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED],
+                    history_purged_at__isnull=True,
+                ),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -185,7 +196,10 @@ class InputRequest(models.Model):
     id = models.CharField(primary_key=True, max_length=40, default=new_request_id, editable=False)
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="input_requests")
     attempt = models.ForeignKey(Attempt, on_delete=models.CASCADE, related_name="input_requests")
-    checkpoint = models.ForeignKey(Checkpoint, on_delete=models.PROTECT, related_name="+")
+    # Null only after the retention sweep purged a finished run's checkpoints.
+    checkpoint = models.ForeignKey(
+        Checkpoint, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
     kind = models.CharField(max_length=20, choices=RequestKind.choices)
     step_id = models.CharField(max_length=100, blank=True)
     reason = models.TextField(blank=True)

@@ -125,6 +125,6 @@ def next_status(current: str, operation: str) -> str:
         raise HoldpointError(
             "invalid_state",
             f"A run that is {current} cannot {operation.replace('_', ' ')}.",
-            status=current,
+            run_status=current,
             operation=operation,
         ) from None

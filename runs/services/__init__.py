@@ -23,6 +23,7 @@ from runs.services.lifecycle import (
 )
 from runs.services.sweeps import (
     backoffs_due,
+    history_purge,
     leases_expire,
     register_sweep,
     requests_expire,
@@ -40,6 +41,7 @@ __all__ = [
     "attempt_release",
     "backoffs_due",
     "checkpoint_save",
+    "history_purge",
     "leases_expire",
     "register_retry_guard",
     "register_sweep",

@@ -8,17 +8,19 @@ is no single scheduler to lose and no two sweepers act on one run.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from runs.clock import db_now
 from runs.events import append_event, notify_work
 from runs.metrics import LEASE_EXPIRIES
-from runs.models import Attempt, InputRequest, Run
+from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent
 from runs.services.lifecycle import expire_request_locked, fail_locked_for_lost_lease
-from runs.states import HOLDING, AttemptStatus, RequestStatus, RunStatus, next_status
+from runs.states import HOLDING, TERMINAL, AttemptStatus, RequestStatus, RunStatus, next_status
 
 
 def _try_lock(run_id: str) -> Run | None:
@@ -128,6 +130,41 @@ def backoffs_due(*, limit: int = 100) -> int:
             )
             notify_work(run.agent)
             run.save()
+            done += 1
+    return done
+
+
+def history_purge(*, limit: int = 100) -> int:
+    """Delete events and checkpoints of runs that finished more than the retention ago.
+
+    Only terminal runs qualify, and the status is re-checked under the run lock, so a
+    run that was retried meanwhile keeps everything. The run row, its attempts, its
+    requests and its side effects stay: the summary and the report outlive the detail.
+    A retry of a purged run starts from the beginning (it has no checkpoint left).
+    """
+    days = settings.HOLDPOINT_HISTORY_RETENTION_DAYS
+    if not days:
+        return 0
+    cutoff = timezone.now() - dt.timedelta(days=days)
+    # run_finished_unpurged_idx serves this query.
+    run_ids = list(
+        Run.objects.filter(
+            status__in=TERMINAL, history_purged_at__isnull=True, finished_at__lt=cutoff
+        )
+        .order_by("finished_at")
+        .values_list("id", flat=True)[:limit]
+    )
+    done = 0
+    for run_id in run_ids:
+        with transaction.atomic(durable=True):
+            run = _try_lock(run_id)
+            if run is None or run.status not in TERMINAL or run.history_purged_at is not None:
+                continue
+            run.latest_checkpoint = None
+            run.history_purged_at = timezone.now()
+            run.save(update_fields=["latest_checkpoint", "history_purged_at", "updated_at"])
+            RunEvent.objects.filter(run=run).delete()
+            Checkpoint.objects.filter(run=run).delete()
             done += 1
     return done
 

@@ -1,0 +1,28 @@
+"""The ledger in the admin: for looking only. Side effects change through
+``ledger.services`` (reconcile and compensate from the dashboard or the API), so that
+every change writes its run event under the run lock."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from ledger.models import SideEffect
+from runs.admin import ReadOnlyAdmin
+
+
+@admin.register(SideEffect)
+class SideEffectAdmin(ReadOnlyAdmin):
+    list_display = [
+        "operation_id",
+        "run",
+        "step_id",
+        "tool",
+        "target",
+        "status",
+        "reversibility",
+        "late",
+        "created_at",
+    ]
+    list_filter = ["status", "reversibility", "tool", "late"]
+    search_fields = ["operation_id", "run__id", "idempotency_key", "external_reference", "target"]
+    date_hierarchy = "created_at"

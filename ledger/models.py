@@ -1,0 +1,141 @@
+"""The side-effect ledger: what a run did to the world outside the database.
+
+A ``SideEffect`` row is written ``pending`` and committed *before* the action runs,
+so that a crash between acting and recording leaves a trace that the next attempt
+(or a person) finds by idempotency key. Only ``ledger.services`` writes these rows,
+always under the lock of the run they belong to (the run row is the one lock for
+everything of a run, see ``runs.models``).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from runs.ids import new_id
+
+
+def new_operation_id() -> str:
+    return new_id("op")
+
+
+class SideEffectStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    CONFIRMED = "confirmed", "Happened"
+    FAILED = "failed", "Did not happen"
+    UNKNOWN = "unknown", "Unknown"
+    COMPENSATED = "compensated", "Compensated"
+    COMPENSATION_FAILED = "compensation_failed", "Compensation failed"
+
+
+class Reversibility(models.TextChoices):
+    REVERSIBLE = "reversible", "Reversible"
+    COMPENSABLE = "compensable", "Compensable"
+    IRREVERSIBLE = "irreversible", "Cannot be undone"
+
+
+class Resolution(models.TextChoices):
+    """How a person or the reconciler settled an ``unknown`` or stale ``pending`` effect."""
+
+    CONFIRMED = "confirmed", "Happened"
+    NOT_APPLIED = "not_applied", "Did not happen"
+
+
+# Statuses that say nothing final about the world yet.
+UNSETTLED = frozenset({SideEffectStatus.PENDING, SideEffectStatus.UNKNOWN})
+
+
+class SideEffect(models.Model):
+    operation_id = models.CharField(
+        primary_key=True, max_length=40, default=new_operation_id, editable=False
+    )
+    run = models.ForeignKey("runs.Run", on_delete=models.PROTECT, related_name="side_effects")
+    # The attempt that wrote the intent (and, normally, acted).
+    attempt = models.ForeignKey(
+        "runs.Attempt", on_delete=models.PROTECT, related_name="side_effects"
+    )
+    step_id = models.CharField(max_length=100)
+    tool = models.CharField(max_length=100)
+    # 0 for the first performance of (run, step, tool); a compensated effect that the
+    # run performs again is a new row with the next generation and a new key.
+    generation = models.PositiveIntegerField(default=0)
+    # Generated before the act, deterministic from run, step, tool (and generation), so
+    # a retry of the same step sends the external system the same key.
+    idempotency_key = models.CharField(max_length=255, unique=True)
+    target = models.CharField(max_length=500)
+    request = models.JSONField(default=dict, blank=True)
+    status = models.CharField(
+        max_length=20, choices=SideEffectStatus.choices, default=SideEffectStatus.PENDING
+    )
+    reversibility = models.CharField(max_length=20, choices=Reversibility.choices)
+    # What would undo the effect (given by the agent, or planned by the tool).
+    compensating_action = models.JSONField(null=True, blank=True)
+    external_reference = models.CharField(max_length=500, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    # The outcome was reported by a worker that no longer held the run (stale lease,
+    # cancelled run): recorded anyway, because it is a fact about the world.
+    late = models.BooleanField(default=False)
+    # Who said the irreversible action may go ahead: {source, request_id, by, comment, at}.
+    approval = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    outcome_at = models.DateTimeField(null=True, blank=True)
+    outcome_actor = models.CharField(max_length=200, blank=True)
+    # When the reconciler last asked the tool about this key (rate-limits the sweep).
+    looked_up_at = models.DateTimeField(null=True, blank=True)
+
+    resolution = models.CharField(max_length=20, choices=Resolution.choices, blank=True)
+    resolution_note = models.TextField(blank=True)
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    resolved_actor = models.CharField(max_length=200, blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    compensation_idempotency_key = models.CharField(max_length=255, blank=True)
+    # Started and not ended: a compensation is under way (or crashed while under way).
+    compensation_started_at = models.DateTimeField(null=True, blank=True)
+    compensation_ended_at = models.DateTimeField(null=True, blank=True)
+    compensation_reference = models.CharField(max_length=500, blank=True)
+    compensation_result = models.JSONField(null=True, blank=True)
+    compensation_error = models.JSONField(null=True, blank=True)
+    compensated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    compensation_actor = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["run", "created_at", "operation_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["compensation_idempotency_key"],
+                condition=~Q(compensation_idempotency_key=""),
+                name="side_effect_compensation_key_uniq",
+            ),
+        ]
+        indexes = [
+            # Serves side_effects_for_run and the run report: WHERE run_id = … ORDER BY created_at.
+            models.Index(fields=["run", "created_at"], name="side_effect_run_created_idx"),
+            # Serves side_effects_needing_reconciliation, the retry guard and the reconciler
+            # sweep: WHERE status IN ('pending','unknown') ORDER BY created_at. Partial, so it
+            # holds only the few unsettled rows.
+            models.Index(
+                fields=["created_at"],
+                name="side_effect_unsettled_idx",
+                condition=Q(status__in=[SideEffectStatus.PENDING, SideEffectStatus.UNKNOWN]),
+            ),
+            models.Index(fields=["status", "-created_at"], name="side_effect_status_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.operation_id} {self.tool} {self.target} ({self.status})"
+
+    @property
+    def is_settled(self) -> bool:
+        return self.status not in UNSETTLED
+
+    @property
+    def compensation_in_progress(self) -> bool:
+        return self.compensation_started_at is not None and self.compensation_ended_at is None

@@ -1,0 +1,233 @@
+"""Reads of the ledger: a run's side effects, its report, what needs reconciliation.
+
+The permission-checked reads follow ``runs.selectors``: without ``runs.view_run``
+every side effect is "not found"; seeing but not acting is ``PermissionDenied``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import Http404
+from django.utils.translation import gettext, gettext_noop
+
+from ledger.models import Reversibility, SideEffect, SideEffectStatus
+from ledger.services._common import needs_reconciliation_q, stale_pending_q
+from ledger.tools import can_compensate, get_tool
+from runs.errors import HoldpointError
+from runs.models import Run
+from runs.selectors import VIEW
+
+S = SideEffectStatus
+
+# The report's groups, in the order people read them (UX.md 15): what needs a person
+# first, then what can never be taken back, then the rest.
+REPORT_GROUPS: tuple[tuple[str, str], ...] = (
+    ("unknown", gettext_noop("Unknown — needs reconciliation")),
+    ("cannot_be_undone", gettext_noop("Cannot be undone")),
+    ("happened", gettext_noop("Happened")),
+    ("compensated", gettext_noop("Compensated")),
+    ("did_not_happen", gettext_noop("Did not happen")),
+)
+
+
+def side_effects_for_run(run_id: str) -> QuerySet[SideEffect]:
+    # side_effect_run_created_idx serves this query.
+    return (
+        SideEffect.objects.filter(run_id=run_id)
+        .select_related("attempt")
+        .order_by("created_at", "operation_id")
+    )
+
+
+def side_effects_needing_reconciliation() -> QuerySet[SideEffect]:
+    """``unknown`` effects and ``pending`` ones that no live worker will settle."""
+    return (
+        SideEffect.objects.filter(needs_reconciliation_q())
+        .select_related("run", "attempt")
+        .order_by("created_at", "operation_id")
+    )
+
+
+def retry_guard(run: Run) -> str | None:
+    """Registered with ``runs.services.register_retry_guard``: a run whose side effects
+    are unsettled may not be retried, or the retry could act on a guess."""
+    unsettled = SideEffect.objects.filter(run=run).filter(
+        needs_reconciliation_q()
+    )  # served by side_effect_unsettled_idx
+    unknown = pending = 0
+    for status in unsettled.values_list("status", flat=True):
+        if status == S.UNKNOWN:
+            unknown += 1
+        else:
+            pending += 1
+    if not unknown and not pending:
+        return None
+    parts = []
+    if unknown:
+        parts.append(f"{unknown} whose outcome is unknown")
+    if pending:
+        parts.append(f"{pending} left pending by a worker that is gone")
+    return f"This run has side effects that must be reconciled first: {' and '.join(parts)}."
+
+
+def _tool_can_compensate(name: str) -> bool:
+    try:
+        return can_compensate(get_tool(name))
+    except HoldpointError:
+        return False
+
+
+def report_group(effect: SideEffect) -> str:
+    if effect.status in (S.PENDING, S.UNKNOWN):
+        return "unknown"
+    if effect.status == S.COMPENSATED:
+        return "compensated"
+    if effect.status == S.FAILED:
+        return "did_not_happen"
+    # Confirmed, or a compensation that failed: it happened and is still in place.
+    if effect.reversibility == Reversibility.IRREVERSIBLE:
+        return "cannot_be_undone"
+    return "happened"
+
+
+def side_effect_row(effect: SideEffect, *, stale_ids: set[str] | None = None) -> dict[str, Any]:
+    """One side effect as the API and the report show it (times stay datetimes)."""
+    approval = effect.approval or None
+    compensable = (
+        effect.reversibility != Reversibility.IRREVERSIBLE
+        and effect.status in (S.CONFIRMED, S.COMPENSATION_FAILED)
+        and _tool_can_compensate(effect.tool)
+    )
+    needs = effect.status == S.UNKNOWN or (
+        effect.status == S.PENDING and stale_ids is not None and effect.operation_id in stale_ids
+    )
+    return {
+        "operation_id": effect.operation_id,
+        "run_id": effect.run_id,
+        "attempt_id": effect.attempt_id,
+        "step_id": effect.step_id,
+        "tool": effect.tool,
+        "target": effect.target,
+        "status": effect.status,
+        "reversibility": effect.reversibility,
+        "idempotency_key": effect.idempotency_key,
+        "generation": effect.generation,
+        "external_reference": effect.external_reference,
+        "request": effect.request,
+        "result": effect.result,
+        "error": effect.error,
+        "late": effect.late,
+        "compensating_action": effect.compensating_action,
+        # The time the report shows: when the outcome was known, else when it began.
+        "time": effect.outcome_at or effect.created_at,
+        "created_at": effect.created_at,
+        "outcome_at": effect.outcome_at,
+        "outcome_by": effect.outcome_actor or None,
+        "approved_by": approval["by"] if approval else None,
+        "approval_comment": approval["comment"] if approval else None,
+        "approval": approval,
+        "resolution": (
+            {
+                "outcome": effect.resolution,
+                "by": effect.resolved_actor,
+                "note": effect.resolution_note,
+                "at": effect.resolved_at,
+            }
+            if effect.resolution
+            else None
+        ),
+        "compensation": (
+            {
+                "idempotency_key": effect.compensation_idempotency_key,
+                "external_reference": effect.compensation_reference,
+                "result": effect.compensation_result,
+                "error": effect.compensation_error,
+                "by": effect.compensation_actor or None,
+                "started_at": effect.compensation_started_at,
+                "ended_at": effect.compensation_ended_at,
+                "in_progress": effect.compensation_in_progress,
+            }
+            if effect.compensation_idempotency_key
+            else None
+        ),
+        "needs_reconciliation": needs,
+        "can_compensate": compensable,
+    }
+
+
+def _stale_ids(effects: list[SideEffect]) -> set[str]:
+    pending = [e.operation_id for e in effects if e.status == S.PENDING]
+    if not pending:
+        return set()
+    return set(
+        SideEffect.objects.filter(stale_pending_q(), pk__in=pending).values_list(
+            "operation_id", flat=True
+        )
+    )
+
+
+def side_effect_rows(effects: list[SideEffect]) -> list[dict[str, Any]]:
+    stale = _stale_ids(effects)
+    return [side_effect_row(effect, stale_ids=stale) for effect in effects]
+
+
+def report_for_run(run_id: str) -> dict[str, Any]:
+    """Every side effect of the run, in the five groups of the report, with counts."""
+    effects = list(side_effects_for_run(run_id))
+    rows = side_effect_rows(effects)
+    grouped: dict[str, list[dict[str, Any]]] = {key: [] for key, _ in REPORT_GROUPS}
+    for effect, row in zip(effects, rows, strict=True):
+        grouped[report_group(effect)].append(row)
+    return {
+        "run_id": run_id,
+        "total": len(effects),
+        "needs_reconciliation": sum(1 for row in rows if row["needs_reconciliation"]),
+        "groups": [
+            {
+                "key": key,
+                "title": gettext(title),
+                "count": len(grouped[key]),
+                "rows": grouped[key],
+            }
+            for key, title in REPORT_GROUPS
+        ],
+    }
+
+
+# --- Permission-checked reads ----------------------------------------------------------------
+
+
+def side_effects_for_user(*, user: Any, status: str | None = None) -> QuerySet[SideEffect]:
+    """Side effects across runs, newest first; ``status=needs_reconciliation`` for the
+    reconciliation page. Nothing for a user who may not view runs."""
+    if not user.is_authenticated or not user.has_perm(VIEW):
+        return SideEffect.objects.none()
+    effects = SideEffect.objects.select_related("run", "attempt")
+    if status == "needs_reconciliation":
+        return effects.filter(needs_reconciliation_q()).order_by("created_at", "operation_id")
+    if status:
+        if status not in S.values:
+            raise HoldpointError(
+                "invalid_input",
+                f"status must be one of {', '.join([*S.values, 'needs_reconciliation'])}.",
+            )
+        effects = effects.filter(status=status)
+    return effects.order_by("-created_at", "-operation_id")
+
+
+def side_effect_get_for_user(
+    *, user: Any, operation_id: str, perm: str | None = None
+) -> SideEffect:
+    """Return the side effect, or raise Http404 (no such effect, or an outsider) /
+    PermissionDenied (may see, may not do ``perm``)."""
+    if not user.is_authenticated or not user.has_perm(VIEW):
+        raise Http404("No such side effect.")
+    effect = SideEffect.objects.select_related("run").filter(pk=operation_id).first()
+    if effect is None:
+        raise Http404("No such side effect.")
+    if perm is not None and not user.has_perm(perm):
+        raise PermissionDenied(f"You do not have the {perm.split('.')[1]} permission.")
+    return effect

@@ -1,0 +1,40 @@
+"""The only writers of side effects. See DESIGN.md section 5 and the README.
+
+- ``side_effect_begin``: the intention, fenced; answers act / look_up / reuse.
+- ``side_effect_record_outcome``: a fact, never fenced; late reports are flagged.
+- ``side_effect_look_up``: ask the tool about a pending key and record the answer.
+- ``side_effect_perform``: begin, look up or act, record — the whole rule in one call.
+- ``side_effect_reconcile``: a person settles an unknown or stale pending effect.
+- ``side_effect_compensate``: undo a confirmed effect under its own key.
+- ``side_effects_look_up_stale``: the reconciler sweep.
+"""
+
+from __future__ import annotations
+
+from ledger.services._common import compensation_key_for, idempotency_key_for
+from ledger.services.intents import Begin, approval_for, side_effect_begin
+from ledger.services.outcomes import (
+    LookUp,
+    Performed,
+    side_effect_look_up,
+    side_effect_perform,
+    side_effect_record_outcome,
+)
+from ledger.services.people import side_effect_compensate, side_effect_reconcile
+from ledger.services.reconciler import side_effects_look_up_stale
+
+__all__ = [
+    "Begin",
+    "LookUp",
+    "Performed",
+    "approval_for",
+    "compensation_key_for",
+    "idempotency_key_for",
+    "side_effect_begin",
+    "side_effect_compensate",
+    "side_effect_look_up",
+    "side_effect_perform",
+    "side_effect_reconcile",
+    "side_effect_record_outcome",
+    "side_effects_look_up_stale",
+]

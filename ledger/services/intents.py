@@ -1,0 +1,379 @@
+"""Beginning a side effect: the intention, fenced like every worker write.
+
+``side_effect_begin`` answers the decision table of DESIGN.md section 5:
+
+| the ledger says          | answer                                                   |
+|--------------------------|----------------------------------------------------------|
+| no record                | write ``pending``, commit, answer **act**                |
+| ``pending``              | **look up**: ask the tool by idempotency key, then act   |
+|                          | only if the external system has no record of it          |
+| ``confirmed``            | **reuse** the recorded result; never act again           |
+| ``compensation_failed``  | **reuse**: the effect is still in place                  |
+| ``unknown``              | refuse ``side_effect_unknown``; a person or the          |
+|                          | reconciler decides first                                 |
+| ``failed``               | it did not happen: **act** again, with the same key      |
+| ``compensated``          | it was undone: a new record with the next key, **act**   |
+
+An ``irreversible`` effect needs an approval for its step before the answer can be
+*act*: an answered ``auth_required`` request of this run for that step that said
+``approve``, or the step named in ``run.approvals`` when the run was started.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from django.db import IntegrityError, transaction
+
+from ledger.models import Reversibility, SideEffect, SideEffectStatus
+from ledger.services._common import (
+    check_supplied_key,
+    check_text,
+    emit,
+    idempotency_key_for,
+)
+from ledger.tools import ActionFailed, Tool, can_compensate, get_tool
+from runs.clock import db_now
+from runs.errors import HoldpointError
+from runs.models import Attempt, InputRequest, Run
+from runs.services._base import lock_for_worker_write
+from runs.states import RequestKind, RequestStatus
+
+Decision = Literal["act", "look_up", "reuse"]
+
+
+@dataclass(frozen=True)
+class Begin:
+    """What the worker must do next, and the key it must pass to the external system."""
+
+    decision: Decision
+    operation_id: str
+    idempotency_key: str
+    result: Any = None
+    external_reference: str = ""
+    reversibility: str = ""
+
+
+def effective_reversibility(
+    tool: Tool, declared: str | None, compensating_action: dict[str, Any] | None
+) -> str:
+    """The effect's reversibility: the tool's own unless the agent declares another.
+
+    An agent may always declare an effect *less* reversible. It may declare an
+    irreversible tool's call undoable only when the tool can compensate and the agent
+    says how (a compensating action); otherwise approval could be dodged by a word.
+    """
+    if declared is None:
+        return tool.reversibility
+    if declared not in Reversibility.values:
+        raise HoldpointError(
+            "invalid_input",
+            f"reversibility must be one of {', '.join(Reversibility.values)}.",
+        )
+    if declared != Reversibility.IRREVERSIBLE:
+        if not can_compensate(tool):
+            raise HoldpointError(
+                "invalid_input",
+                f"The {tool.name} tool cannot undo what it does; its effects are irreversible.",
+            )
+        if tool.reversibility == Reversibility.IRREVERSIBLE and not compensating_action:
+            raise HoldpointError(
+                "invalid_input",
+                f"The {tool.name} tool is irreversible unless a compensating_action says how "
+                "to undo this call.",
+            )
+    return declared
+
+
+def approval_for(run: Run, *, step_id: str, tool: str, target: str) -> dict[str, Any]:
+    """Who approved the irreversible step, or raise ``approval_required``."""
+    if step_id in (run.approvals or []):
+        creator = run.created_by.get_username() if run.created_by_id else None  # type: ignore[union-attr]
+        return {
+            "source": "start",
+            "request_id": None,
+            "by": creator,
+            "comment": "Approved when the run was started.",
+            "at": run.created_at.isoformat(),
+        }
+    # The newest decision for this step counts: a later "deny" withdraws an earlier "approve".
+    request = (
+        InputRequest.objects.select_related("answered_by")
+        .filter(
+            run=run,
+            kind=RequestKind.AUTH_REQUIRED,
+            step_id=step_id,
+            status=RequestStatus.ANSWERED,
+        )
+        .order_by("-answered_at", "-created_at")
+        .first()
+    )
+    answer = request.answer if request is not None and isinstance(request.answer, dict) else {}
+    who = (
+        request.answered_by.get_username()
+        if request is not None and request.answered_by is not None
+        else None
+    )
+    if request is not None and answer.get("decision") == "approve":
+        return {
+            "source": "request",
+            "request_id": request.id,
+            "by": who,
+            "comment": str(answer.get("comment") or ""),
+            "at": request.answered_at.isoformat() if request.answered_at else None,
+        }
+    extra: dict[str, Any] = {
+        "step_id": step_id,
+        "tool": tool,
+        "target": target,
+        "reversibility": Reversibility.IRREVERSIBLE,
+    }
+    if request is not None:
+        extra.update(request_id=request.id, denied_by=who)
+    raise HoldpointError(
+        "approval_required",
+        f"{tool} on {target} cannot be undone; step {step_id!r} needs an approval first.",
+        **extra,
+    )
+
+
+def _current_record(
+    run: Run, *, step_id: str, tool: str, supplied_key: str | None
+) -> tuple[SideEffect | None, int, str]:
+    """The record that decides, with the generation and key a new record would take."""
+    if supplied_key is not None:
+        effect = SideEffect.objects.filter(idempotency_key=supplied_key).first()
+        if effect is not None and (
+            effect.run_id != run.id or effect.step_id != step_id or effect.tool != tool
+        ):
+            raise HoldpointError(
+                "invalid_input",
+                "This idempotency_key already names another side effect.",
+                operation_id=effect.operation_id if effect.run_id == run.id else None,
+            )
+        if effect is not None and effect.status == SideEffectStatus.COMPENSATED:
+            raise HoldpointError(
+                "invalid_state",
+                "The side effect of this idempotency_key was compensated; to act again, "
+                "use a new key.",
+                operation_id=effect.operation_id,
+            )
+        return effect, 0, supplied_key
+    generation = 0
+    while True:
+        key = idempotency_key_for(run_id=run.id, step_id=step_id, tool=tool, generation=generation)
+        effect = SideEffect.objects.filter(idempotency_key=key).first()
+        if effect is None or effect.status != SideEffectStatus.COMPENSATED:
+            return effect, generation, key
+        generation += 1
+
+
+@transaction.atomic(durable=True)
+def side_effect_begin(
+    *,
+    attempt_id: str,
+    lease_epoch: int,
+    cancel_epoch: int,
+    step_id: str,
+    tool: str,
+    target: str,
+    request: Any,
+    reversibility: str | None = None,
+    compensating_action: Any = None,
+    idempotency_key: str | None = None,
+) -> Begin:
+    """Write the intent before the act (fenced), or say what the ledger already knows.
+
+    Raises ``side_effect_unknown`` (the key's outcome is unknown; nothing changes),
+    ``approval_required`` (irreversible and not approved; nothing changes), or the
+    fence's ``stale_after_cancel`` / ``stale_worker``. ``idempotency_key`` is for
+    workers that bring their own; by default the ledger derives it from run, step
+    and tool.
+    """
+    the_tool = get_tool(tool)
+    check_text(step_id, "step_id", 100)
+    check_text(target, "target", 500)
+    if not isinstance(request, dict):
+        raise HoldpointError("invalid_input", "request must be a JSON object.")
+    if compensating_action is not None and not isinstance(compensating_action, dict):
+        raise HoldpointError("invalid_input", "compensating_action must be a JSON object.")
+    effective = effective_reversibility(the_tool, reversibility, compensating_action)
+    validate = getattr(the_tool, "validate", None)
+    if callable(validate):
+        try:
+            validate(request)
+        except ActionFailed as exc:
+            raise HoldpointError(
+                "invalid_input",
+                f"{tool}: {exc.message}",
+                errors=[{"pointer": "/", "message": exc.message}],
+            ) from None
+    if idempotency_key is not None:
+        check_supplied_key(idempotency_key)
+    planned = compensating_action
+    plan = getattr(the_tool, "plan_compensation", None)
+    if planned is None and effective != Reversibility.IRREVERSIBLE and callable(plan):
+        planned = plan(request)
+
+    fenced = lock_for_worker_write(
+        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch, now=db_now()
+    )
+    run, attempt = fenced.run, fenced.attempt
+    worker = f"worker:{attempt.worker_id}"
+    effect, generation, key = _current_record(
+        run, step_id=step_id, tool=tool, supplied_key=idempotency_key
+    )
+
+    if effect is None:
+        approval = (
+            approval_for(run, step_id=step_id, tool=tool, target=target)
+            if effective == Reversibility.IRREVERSIBLE
+            else None
+        )
+        effect = SideEffect(
+            run=run,
+            attempt=attempt,
+            step_id=step_id,
+            tool=tool,
+            generation=generation,
+            idempotency_key=key,
+            target=target,
+            request=request,
+            status=SideEffectStatus.PENDING,
+            reversibility=effective,
+            compensating_action=planned,
+            approval=approval,
+        )
+        try:
+            # A savepoint: a key taken meanwhile by another run must not break our transaction.
+            with transaction.atomic():
+                effect.save(force_insert=True)
+        except IntegrityError:
+            raise HoldpointError(
+                "invalid_input", "This idempotency_key already names another side effect."
+            ) from None
+        emit(
+            run,
+            "side_effect.begun",
+            worker,
+            effect,
+            attempt_id=attempt.id,
+            idempotency_key=key,
+            reversibility=effective,
+            generation=generation,
+            approved_by=approval["by"] if approval else None,
+        )
+        return _answer("act", effect)
+
+    if effect.status == SideEffectStatus.UNKNOWN:
+        raise HoldpointError(
+            "side_effect_unknown",
+            f"Whether {effect.tool} on {effect.target} happened is unknown; automatic retries "
+            "stop until a person or the reconciler settles it.",
+            operation_id=effect.operation_id,
+            idempotency_key=effect.idempotency_key,
+        )
+
+    if effect.status == SideEffectStatus.PENDING:
+        # The worker that wrote the intent is gone (or this is a repeat of the same call):
+        # the act may or may not have happened. Responsibility moves to this attempt.
+        previous_attempt = effect.attempt_id
+        effect.attempt = attempt
+        effect.save(update_fields=["attempt", "updated_at"])
+        emit(
+            run,
+            "side_effect.look_up",
+            worker,
+            effect,
+            attempt_id=attempt.id,
+            previous_attempt_id=previous_attempt,
+            idempotency_key=effect.idempotency_key,
+        )
+        return _answer("look_up", effect)
+
+    if effect.status in (SideEffectStatus.CONFIRMED, SideEffectStatus.COMPENSATION_FAILED):
+        emit(
+            run,
+            "side_effect.reused",
+            worker,
+            effect,
+            attempt_id=attempt.id,
+            external_reference=effect.external_reference,
+        )
+        return _answer("reuse", effect)
+
+    # FAILED: it did not happen, so it may be done now. The same key is sent again: if the
+    # "failure" was wrong after all, the external system recognises the key.
+    assert effect.status == SideEffectStatus.FAILED, effect.status
+    approval = (
+        approval_for(run, step_id=step_id, tool=tool, target=target)
+        if effective == Reversibility.IRREVERSIBLE
+        else None
+    )
+    previous = {"error": effect.error, "resolution": effect.resolution or None}
+    _rearm(
+        effect,
+        attempt=attempt,
+        target=target,
+        request=request,
+        reversibility=effective,
+        compensating_action=planned,
+        approval=approval,
+    )
+    emit(
+        run,
+        "side_effect.begun",
+        worker,
+        effect,
+        attempt_id=attempt.id,
+        idempotency_key=effect.idempotency_key,
+        reversibility=effective,
+        generation=effect.generation,
+        approved_by=approval["by"] if approval else None,
+        again_after=previous,
+    )
+    return _answer("act", effect)
+
+
+def _rearm(
+    effect: SideEffect,
+    *,
+    attempt: Attempt,
+    target: str,
+    request: dict[str, Any],
+    reversibility: str,
+    compensating_action: Any,
+    approval: dict[str, Any] | None,
+) -> None:
+    effect.attempt = attempt
+    effect.target = target
+    effect.request = request
+    effect.reversibility = reversibility
+    effect.compensating_action = compensating_action
+    effect.approval = approval
+    effect.status = SideEffectStatus.PENDING
+    effect.external_reference = ""
+    effect.result = None
+    effect.error = None
+    effect.late = False
+    effect.outcome_at = None
+    effect.outcome_actor = ""
+    effect.resolution = ""
+    effect.resolution_note = ""
+    effect.resolved_by = None
+    effect.resolved_actor = ""
+    effect.resolved_at = None
+    effect.save()
+
+
+def _answer(decision: Decision, effect: SideEffect) -> Begin:
+    reuse = decision == "reuse"
+    return Begin(
+        decision=decision,
+        operation_id=effect.operation_id,
+        idempotency_key=effect.idempotency_key,
+        result=effect.result if reuse else None,
+        external_reference=effect.external_reference if reuse else "",
+        reversibility=effect.reversibility,
+    )

@@ -1,0 +1,153 @@
+"""Tools: adapters that act on the world on behalf of an agent.
+
+A tool is any object with
+
+- ``name`` and ``reversibility`` (``reversible``, ``compensable`` or ``irreversible``);
+- ``execute(request, idempotency_key) -> ToolResult``: perform the action, passing the
+  key to the external system so that a repeat with the same key is not a second act;
+- ``lookup(idempotency_key) -> Outcome | None``: ask the external system what became
+  of the key; ``None`` means it has no record, so the action did not happen;
+
+and optionally
+
+- ``compensate(side_effect) -> ToolResult``: undo (or offset) a confirmed effect, using
+  ``side_effect.compensation_idempotency_key`` as its own key;
+- ``validate(request)``: raise ``ActionFailed`` for a request that can never succeed,
+  so that it is refused before anything is written;
+- ``can_look_up``: ``False`` when ``lookup`` can never tell (e-mail), so that the
+  reconciler does not ask in vain;
+- ``plan_compensation(request) -> dict | None``: what would undo the action, shown to
+  the person who approves it and stored on the side effect.
+
+``execute``, ``lookup`` and ``compensate`` raise ``OutcomeUnknown`` when they cannot
+tell whether the action happened (a timeout after the request was sent), and
+``ActionFailed`` when it certainly did not. They are called outside any database
+transaction (STYLE rule 8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from runs.errors import HoldpointError
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What an action produced: the external system's reference and a JSON result."""
+
+    external_reference: str
+    result: Any = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What ``lookup`` learned about an idempotency key."""
+
+    status: Literal["confirmed", "failed"]
+    external_reference: str = ""
+    result: Any = None
+    error: Any = None
+
+
+class ToolError(Exception):
+    """Base of what tools raise; ``as_error()`` is stored on the side effect."""
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def as_error(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"type": type(self).__name__, "message": self.message}
+        if self.details:
+            error["details"] = self.details
+        return error
+
+
+class OutcomeUnknown(ToolError):
+    """The action may or may not have happened (a timeout once the request was sent)."""
+
+
+class ActionFailed(ToolError):
+    """The action certainly did not happen (refused, invalid, never sent)."""
+
+
+@runtime_checkable
+class Tool(Protocol):
+    name: str
+    reversibility: str
+
+    def execute(self, request: Any, idempotency_key: str) -> ToolResult: ...
+
+    def lookup(self, idempotency_key: str) -> Outcome | None: ...
+
+
+_registry: dict[str, Tool] = {}
+
+
+def register_tool(tool: Tool) -> Tool:
+    """Register ``tool`` under its name, replacing any tool of that name."""
+    if not isinstance(tool, Tool):
+        raise TypeError(f"{tool!r} does not implement the Tool protocol")
+    if tool.reversibility not in {"reversible", "compensable", "irreversible"}:
+        raise ValueError(f"tool {tool.name!r} has an unknown reversibility {tool.reversibility!r}")
+    _registry[tool.name] = tool
+    return tool
+
+
+def unregister_tool(name: str) -> None:
+    _registry.pop(name, None)
+
+
+def get_tool(name: str) -> Tool:
+    """Return the registered tool, or raise ``invalid_input`` naming the known ones."""
+    tool = _registry.get(name)
+    if tool is None:
+        raise HoldpointError(
+            "invalid_input",
+            f"There is no tool named {name!r}; known tools: {', '.join(sorted(_registry)) or 'none'}.",
+            tool=name,
+        )
+    return tool
+
+
+def registered_tools() -> list[Tool]:
+    return [_registry[name] for name in sorted(_registry)]
+
+
+def can_compensate(tool: Tool) -> bool:
+    return callable(getattr(tool, "compensate", None))
+
+
+def can_look_up(tool: Tool) -> bool:
+    return bool(getattr(tool, "can_look_up", True))
+
+
+def register_default_tools() -> None:
+    """Register the shipped tools under their names unless something already took them."""
+    from ledger.tools.config_store import ConfigStoreTool
+    from ledger.tools.mail import EmailTool
+    from ledger.tools.webhook import WebhookTool
+
+    for tool in (WebhookTool(), ConfigStoreTool(), EmailTool()):
+        if tool.name not in _registry:
+            register_tool(tool)
+
+
+__all__ = [
+    "ActionFailed",
+    "Outcome",
+    "OutcomeUnknown",
+    "Tool",
+    "ToolError",
+    "ToolResult",
+    "can_compensate",
+    "can_look_up",
+    "get_tool",
+    "register_default_tools",
+    "register_tool",
+    "registered_tools",
+    "unregister_tool",
+]

@@ -1,0 +1,243 @@
+"""The webhook tool: an HTTP POST that carries the ``Idempotency-Key`` header.
+
+It never retries on its own. A timeout or a dropped connection after the request
+was sent means the receiver may have acted: that is ``OutcomeUnknown``, and the
+ledger stops the run until the key is looked up or a person decides. Only what
+certainly did not happen (connection refused, a 4xx refusal) is ``ActionFailed``.
+
+Lookup is a configurable GET (``HOLDPOINT_WEBHOOK_LOOKUP_URL``, a template with
+``{idempotency_key}``): 200 means the receiver has the delivery (a body with
+``"status": "failed"`` says it was refused), 404 means it never arrived.
+
+A POST cannot be taken back by us, so the tool is ``irreversible`` by default. An
+agent may declare one call ``compensable`` by giving a compensating action
+``{"url": …, "body": …}``: compensation POSTs it with its own idempotency key.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from django.conf import settings
+
+from ledger.tools import ActionFailed, Outcome, OutcomeUnknown, ToolResult
+
+# The most of a response body kept in the ledger.
+MAX_BODY_BYTES = 64 * 1024
+# Answers after which the receiver may have acted although it did not say so: the work
+# may be done before a 500, a gateway may time out (502/504) while the upstream goes
+# on, 409/425 mean "the same key is still in progress", 408 that the receiver gave up
+# reading. Everything else at 400 and above is a refusal: the action did not happen.
+AMBIGUOUS_STATUSES = frozenset({408, 409, 425, 500, 502, 504})
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect would turn the POST into a GET somewhere else; report it instead."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class _Response:
+    status: int
+    body: Any
+    headers: dict[str, str]
+
+
+def _decode(raw: bytes, content_type: str) -> Any:
+    text = raw.decode("utf-8", errors="replace")
+    if "json" in content_type or text[:1] in "{[":
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass
+    return text
+
+
+class WebhookTool:
+    def __init__(
+        self,
+        *,
+        name: str = "webhook",
+        timeout: float | None = None,
+        lookup_url: str | None = None,
+        reversibility: str = "irreversible",
+        reference_field: str = "id",
+    ) -> None:
+        self.name = name
+        self.reversibility = reversibility
+        self.reference_field = reference_field
+        self._timeout = timeout
+        self._lookup_url = lookup_url
+        # No proxies from the environment: a webhook goes where its URL says, and an
+        # unexpected proxy would be one more party that might retry the POST.
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
+
+    @property
+    def timeout(self) -> float:
+        if self._timeout is not None:
+            return self._timeout
+        return float(getattr(settings, "HOLDPOINT_WEBHOOK_TIMEOUT_SECONDS", 10.0))
+
+    @property
+    def lookup_url(self) -> str:
+        if self._lookup_url is not None:
+            return self._lookup_url
+        return str(getattr(settings, "HOLDPOINT_WEBHOOK_LOOKUP_URL", "") or "")
+
+    @property
+    def can_look_up(self) -> bool:
+        return bool(self.lookup_url)
+
+    # --- the protocol ---------------------------------------------------------------------
+
+    def validate(self, request: Any) -> None:
+        if not isinstance(request, dict):
+            raise ActionFailed("A webhook request is an object with a url and a body.")
+        _check_url(request.get("url"))
+        headers = request.get("headers", {})
+        if not isinstance(headers, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+        ):
+            raise ActionFailed("headers must map names to strings.")
+
+    def plan_compensation(self, request: Any) -> dict[str, Any] | None:
+        return None
+
+    def execute(self, request: Any, idempotency_key: str) -> ToolResult:
+        self.validate(request)
+        response = self._send(
+            "POST",
+            request["url"],
+            body=request.get("body", {}),
+            idempotency_key=idempotency_key,
+            headers=request.get("headers") or {},
+        )
+        return self._result(response, idempotency_key)
+
+    def lookup(self, idempotency_key: str) -> Outcome | None:
+        template = self.lookup_url
+        if not template:
+            raise OutcomeUnknown(
+                "This webhook has no lookup URL (HOLDPOINT_WEBHOOK_LOOKUP_URL); it cannot tell."
+            )
+        url = template.format(idempotency_key=quote(idempotency_key, safe=""))
+        try:
+            response = self._send("GET", url, body=None, idempotency_key=idempotency_key)
+        except ActionFailed as exc:
+            if exc.details.get("status") == 404:
+                return None
+            raise OutcomeUnknown(f"The lookup was refused: {exc.message}") from exc
+        body = response.body
+        if isinstance(body, dict) and body.get("status") == "failed":
+            return Outcome(status="failed", result=body, error=body.get("error"))
+        result = self._result(response, idempotency_key)
+        return Outcome(
+            status="confirmed", external_reference=result.external_reference, result=result.result
+        )
+
+    def compensate(self, side_effect: Any) -> ToolResult:
+        action = side_effect.compensating_action or {}
+        if not isinstance(action, dict) or not action.get("url"):
+            raise ActionFailed("This webhook call has no compensating action with a url.")
+        _check_url(action["url"])
+        body = action.get("body", {})
+        if isinstance(body, dict):
+            body = {
+                **body,
+                "compensates": {
+                    "idempotency_key": side_effect.idempotency_key,
+                    "external_reference": side_effect.external_reference,
+                },
+            }
+        response = self._send(
+            "POST",
+            action["url"],
+            body=body,
+            idempotency_key=side_effect.compensation_idempotency_key,
+            headers=action.get("headers") or {},
+        )
+        return self._result(response, side_effect.compensation_idempotency_key)
+
+    # --- HTTP -------------------------------------------------------------------------------
+
+    def _result(self, response: _Response, idempotency_key: str) -> ToolResult:
+        body = response.body
+        reference = ""
+        if isinstance(body, dict) and body.get(self.reference_field) not in (None, ""):
+            reference = str(body[self.reference_field])
+        reference = (
+            reference
+            or response.headers.get("location", "")
+            or response.headers.get("x-request-id", "")
+            # The receiver knows the delivery by its key when it names nothing else.
+            or idempotency_key
+        )
+        return ToolResult(
+            external_reference=reference[:500],
+            result={"status_code": response.status, "body": body},
+        )
+
+    def _send(
+        self,
+        method: str,
+        url: str,
+        *,
+        body: Any,
+        idempotency_key: str,
+        headers: dict[str, str] | None = None,
+    ) -> _Response:
+        all_headers = {"User-Agent": "Holdpoint-webhook/1", "Accept": "application/json"}
+        all_headers.update(headers or {})
+        # Our key always wins over one the request may carry: it is what the ledger recorded.
+        all_headers["Idempotency-Key"] = idempotency_key
+        data = None
+        if body is not None:
+            data = json.dumps(body, separators=(",", ":")).encode()
+            all_headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(url, data=data, method=method, headers=all_headers)  # noqa: S310 - scheme checked
+        try:
+            with self._opener.open(request, timeout=self.timeout) as response:
+                raw = response.read(MAX_BODY_BYTES)
+                status = response.status
+                response_headers = {k.lower(): v for k, v in response.headers.items()}
+        except urllib.error.HTTPError as exc:
+            raw = exc.read(MAX_BODY_BYTES) if exc.fp is not None else b""
+            status = exc.code
+            response_headers = {k.lower(): v for k, v in (exc.headers or {}).items()}
+        except urllib.error.URLError as exc:
+            raise _classify_network_error(exc.reason, url) from exc
+        except (TimeoutError, OSError, http.client.HTTPException) as exc:
+            raise _classify_network_error(exc, url) from exc
+        decoded = _decode(raw, response_headers.get("content-type", ""))
+        if 200 <= status < 300:
+            return _Response(status=status, body=decoded, headers=response_headers)
+        details = {"status": status, "body": decoded, "url": url}
+        if status in AMBIGUOUS_STATUSES or 300 <= status < 400:
+            raise OutcomeUnknown(f"{method} {url} answered {status}; it may have acted.", **details)
+        raise ActionFailed(f"{method} {url} was refused with {status}.", **details)
+
+
+def _check_url(url: Any) -> None:
+    if not isinstance(url, str) or urlsplit(url).scheme not in {"http", "https"}:
+        raise ActionFailed("url must be an http:// or https:// URL.")
+    if not urlsplit(url).hostname:
+        raise ActionFailed("url must name a host.")
+
+
+def _classify_network_error(reason: Any, url: str) -> Exception:
+    # Refused or unresolvable: nothing was sent, so nothing happened. Anything later
+    # (a timeout while waiting for the answer, a reset) leaves the outcome open.
+    if isinstance(reason, ConnectionRefusedError | socket.gaierror):
+        return ActionFailed(f"Could not reach {url}: {reason}.", url=url)
+    if isinstance(reason, TimeoutError):
+        return OutcomeUnknown(f"No answer from {url} in time; it may have acted.", url=url)
+    return OutcomeUnknown(f"The connection to {url} failed: {reason}.", url=url)

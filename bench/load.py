@@ -29,6 +29,12 @@ class LoadResult:
     wall_seconds: float
     latencies_ms: list[float]
     outcomes: dict[str, int] = field(default_factory=dict)
+    # CPU seconds the client processes spent (all their threads), from ready to done.
+    client_cpu_seconds: float = 0.0
+
+    @property
+    def client_cpu_ms_per_op(self) -> float:
+        return self.client_cpu_seconds / self.operations * 1000 if self.operations else 0.0
 
     @property
     def throughput(self) -> float:
@@ -45,6 +51,7 @@ class LoadResult:
             "throughput_per_s": round(self.throughput, 1),
             "latency_ms": self.summary.as_dict(),
             "outcomes": self.outcomes,
+            "client_cpu_ms_per_op": round(self.client_cpu_ms_per_op, 3),
         }
 
 
@@ -62,16 +69,17 @@ def _client_main(
         latencies.append(seconds)
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
 
-    start = 0.0
+    start = cpu = 0.0
 
     def ready() -> None:
-        nonlocal start
+        nonlocal start, cpu
         barrier.wait()
         start = time.monotonic()
+        cpu = time.process_time()
 
     client(items, args, record, ready)
     end = time.monotonic()
-    results.put((start, end, latencies, outcomes))
+    results.put((start, end, latencies, outcomes, time.process_time() - cpu))
 
 
 def run_load(
@@ -109,6 +117,7 @@ def run_load(
         wall_seconds=max(ends) - min(starts),
         latencies_ms=ms(latencies),
         outcomes=outcomes,
+        client_cpu_seconds=sum(g[4] for g in gathered),
     )
 
 

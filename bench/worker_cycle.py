@@ -162,6 +162,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         result.throughput,
                         s.p50,
                         s.p99,
+                        result.client_cpu_ms_per_op,
                         f"{ratio:.2f}x" if name == "holdpoint" else "1.00x",
                     ]
                 )
@@ -176,7 +177,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"Worker cycle over {opts.runs} runs (claim -> checkpoint -> complete) vs procrastinate")
     print(
         table(
-            ["workers", "system", "cycles", "cycles/s", "claim p50 ms", "claim p99 ms", "ratio"],
+            [
+                "workers",
+                "system",
+                "cycles",
+                "cycles/s",
+                "claim/fetch p50 ms",
+                "claim/fetch p99 ms",
+                "worker CPU ms/cycle",
+                "ratio",
+            ],
             rows,
         )
     )

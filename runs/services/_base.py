@@ -164,7 +164,8 @@ def set_attempt_cost(run: Run, attempt: Attempt, cost: Decimal | None) -> None:
     attempt.cost = cost
 
 
-_NUMBER = re.compile(r"\b\d+(\.\d+)?\b")
+# No trailing \b: numbers glued to a unit ("after 30s", "503ms") vary between occurrences too.
+_NUMBER = re.compile(r"\b\d+(\.\d+)?")
 _HEX = re.compile(r"\b(0x)?[0-9a-f]{8,}\b")
 _UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
 _PUBLIC_ID = re.compile(r"\b(run|att|cp|req|op)_[0-9A-Za-z]{26}\b")

@@ -21,8 +21,8 @@ from runs.clock import db_now
 from runs.errors import HoldpointError
 from runs.events import append_event
 from runs.metrics import measured
-from runs.models import Attempt, Checkpoint, InputRequest, Run
-from runs.schemas import APPROVAL_SCHEMA, compile_schema, validate_value
+from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent
+from runs.schemas import APPROVAL_SCHEMA, MAX_DEPTH, compile_schema, depth, validate_value
 from runs.services._base import (
     UserLike,
     actor_for,
@@ -416,6 +416,52 @@ def attempt_interrupt(
     )
     run.save()
     return request
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@transaction.atomic(durable=True)
+def attempt_log(
+    *,
+    attempt_id: str,
+    lease_epoch: int,
+    cancel_epoch: int,
+    message: str,
+    level: str = "info",
+    step: str = "",
+    data: Any = None,
+) -> RunEvent:
+    """Add an agent's log line to the run's timeline (event ``agent.log``).
+
+    Fenced like every intention: a worker that lost its lease or whose run was
+    cancelled cannot add to the timeline of a run it no longer works on.
+    """
+    if not isinstance(message, str) or not message.strip() or len(message) > 2000:
+        raise HoldpointError("invalid_input", "message must be 1 to 2,000 characters.")
+    if level not in LOG_LEVELS:
+        raise HoldpointError("invalid_input", f"level must be one of {', '.join(LOG_LEVELS)}.")
+    if data is not None and (not isinstance(data, dict) or depth(data) > MAX_DEPTH):
+        raise HoldpointError("invalid_input", "data must be a JSON object.")
+    now = db_now()
+    fenced = lock_for_worker_write(
+        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch, now=now
+    )
+    run, attempt = fenced.run, fenced.attempt
+    event = append_event(
+        run,
+        "agent.log",
+        f"worker:{attempt.worker_id}",
+        {
+            "attempt_id": attempt.id,
+            "level": level,
+            "step": str(step or "")[:100],
+            "message": message,
+            "data": data or {},
+        },
+    )
+    run.save(update_fields=["last_event_seq", "updated_at"])
+    return event
 
 
 @transaction.atomic(durable=True)

@@ -1,0 +1,12 @@
+"""The demo agents, each a small example of the SDK (also used by the dashboard demo).
+
+- ``auth_token_migration``: observe, ask, approve, a compensable write, an irreversible e-mail.
+- ``flaky_deploy``: retries with backoff, a deterministic stop, a repeated-error stop.
+- ``webhook_fanout``: several webhooks, one times out: unknown, reconciliation, retry.
+"""
+
+from __future__ import annotations
+
+from runtime.demo_agents import auth_token_migration, flaky_deploy, webhook_fanout
+
+__all__ = ["auth_token_migration", "flaky_deploy", "webhook_fanout"]

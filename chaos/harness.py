@@ -46,10 +46,30 @@ if str(ROOT) not in sys.path:
 from bench.common import free_port, machine, table, wait_for_http  # noqa: E402
 from chaos import invariants, pg, receiver  # noqa: E402
 
-# Input for demo agents whose schema alone would not make an interesting run.
-INPUT_OVERRIDES: dict[str, dict[str, Any]] = {
-    "flaky-deploy": {"service": "checkout", "mode": "transient", "failures": 1},
-}
+
+def demo_input(agent: str, hook_base: str, rng: random.Random) -> dict[str, Any] | None:
+    """Inputs for the demo agents that make interesting runs (None: build one from the schema).
+
+    Some flaky deploys fail for good or repeat their error; one webhook fan-out in ten
+    has a subscriber slower than the webhook tool's timeout, so its outcome is unknown
+    and the ledger must reconcile it.
+    """
+    if agent == "flaky-deploy":
+        mode = rng.choices(["transient", "deterministic", "repeated", "none"], [6, 1, 1, 2])[0]
+        return {"service": "checkout", "mode": mode, "failures": rng.randint(0, 2)}
+    if agent == "webhook-fanout":
+        value: dict[str, Any] = {
+            "base_url": hook_base,
+            "event": "chaos",
+            "subscribers": ["billing", "search", "analytics"],
+            "slow": "none",
+        }
+        if rng.random() < 0.1:
+            value.update(slow="analytics", slow_seconds=3)
+        return value
+    if agent == "auth-token-migration":
+        return {"notify": "owners@example.com"}
+    return None
 
 
 def log(message: str) -> None:
@@ -318,9 +338,9 @@ def _create_runs(count: int, hook_url: str, rng: random.Random) -> Counter[str]:
     made: Counter[str] = Counter()
     for i in range(count):
         spec = specs[i % len(specs)]
-        value = INPUT_OVERRIDES.get(spec.name) or value_for(
-            spec.input_schema or {"type": "object"}, spec.name, hook_url, rng
-        )
+        value = demo_input(spec.name, hook_url.rsplit("/hooks", 1)[0], rng)
+        if value is None:
+            value = value_for(spec.input_schema or {"type": "object"}, spec.name, hook_url, rng)
         services.run_start(agent=spec.name, input=value, actor="system:chaos")
         made[spec.name] += 1
     return made
@@ -371,6 +391,8 @@ def _answer_one(ctl: Controller, rng: random.Random) -> None:
     run_id, request_id, checkpoint_id, kind, schema = rng.choice(pending)
     if kind == "auth_required":
         value: Any = {"decision": "approve" if rng.random() < 0.8 else "deny", "comment": "chaos"}
+    elif "versions" in (schema or {}).get("properties", {}):
+        value = {"versions": rng.choice([["v2", "v3"], ["v3"], ["v1", "v2", "v3"]])}
     else:
         value = value_for(schema, "answer", "", rng)
     ctl.answer_twice(run_id, request_id, checkpoint_id, value)
@@ -457,10 +479,12 @@ def main(argv: list[str] | None = None) -> int:
             **os.environ,
             "DATABASE_URL": cluster.url,
             "HOLDPOINT_WEBHOOK_LOOKUP_URL": f"http://127.0.0.1:{hook_port}/deliveries/{{idempotency_key}}",
-            "HOLDPOINT_WEBHOOK_URL": hook_url,
+            "HOLDPOINT_LEDGER_SETTLE_SECONDS": "2",
             "HOLDPOINT_WEBHOOK_TIMEOUT_SECONDS": "2",
             "HOLDPOINT_IDEMPOTENCY_IN_PROGRESS_SECONDS": "5",
             "HOLDPOINT_LEASE_SECONDS": str(opts.lease_seconds),
+            "HOLDPOINT_CONFIG_STORE_DIR": str(logdir / "config-store"),
+            "EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend",
             "LOG_LEVEL": "WARNING",
         }
         os.environ.update({k: env[k] for k in env if k.startswith(("DATABASE_URL", "HOLDPOINT_"))})

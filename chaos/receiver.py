@@ -16,7 +16,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 
 class Deliveries:
@@ -69,7 +69,13 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = raw.decode(errors="replace")
         key = self.headers.get("Idempotency-Key")
-        delivery = self.book.post(key, urlsplit(self.path).path, body)
+        parts = urlsplit(self.path)
+        delivery = self.book.post(key, parts.path, body)
+        # ?delay=S: the effect has happened, but the answer comes later than the webhook
+        # tool waits: the sender cannot know, and the ledger must record "unknown".
+        delay = parse_qs(parts.query).get("delay")
+        if delay:
+            time.sleep(min(float(delay[0]), 30.0))
         if "error" in delivery:
             self._answer(400, delivery)
         else:
@@ -87,10 +93,17 @@ class _Handler(BaseHTTPRequestHandler):
         self._answer(200, {"ok": True})
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A sender that gave up waiting (the webhook tool's timeout) closed its end; that
+        # is the point of ?delay, not an error of the receiver.
+        pass
+
+
 def start(port: int) -> tuple[ThreadingHTTPServer, Deliveries]:
     book = Deliveries()
     handler = type("Handler", (_Handler,), {"book": book})
-    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+    server = _Server(("127.0.0.1", port), handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True, name="receiver").start()
     return server, book

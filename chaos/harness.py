@@ -430,6 +430,33 @@ def _unsettled() -> int:
     return Run.objects.exclude(status__in=invariants.FINAL_OR_WAITING).count()
 
 
+def _write_docs(report: str, argv: list[str] | None) -> None:
+    """Put the report into docs/reliability.md between the chaos markers."""
+    doc_path = ROOT / "docs" / "reliability.md"
+    begin, end = "<!-- chaos:begin -->", "<!-- chaos:end -->"
+    doc = doc_path.read_text()
+    if begin not in doc or end not in doc:
+        return
+    args = " ".join(sys.argv[1:] if argv is None else argv)
+    section = "\n".join(
+        [
+            begin,
+            "",
+            f"`python -m chaos.harness {args}`".replace(" `", "`"),
+            f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine: "
+            + json.dumps(machine(), sort_keys=True)
+            + ")",
+            "",
+            "```text",
+            report.strip(),
+            "```",
+            "",
+            end,
+        ]
+    )
+    doc_path.write_text(doc[: doc.index(begin)] + section + doc[doc.index(end) + len(end) :])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--short", action="store_true", help="about 2 minutes in all (CI)")
@@ -445,6 +472,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--no-pg-restart", action="store_true")
     parser.add_argument("--result", type=Path, help="where to write the JSON result")
+    parser.add_argument(
+        "--write-docs",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="write the report into docs/reliability.md (default: for the long run only)",
+    )
     opts = parser.parse_args(argv)
     duration = opts.duration or (45.0 if opts.short else 300.0)
     workers_n = opts.workers or (3 if opts.short else 4)
@@ -613,9 +646,11 @@ def main(argv: list[str] | None = None) -> int:
             live_check.bad(f"{run_id}: two running attempts with live leases at once")
         checks.insert(1, live_check)
 
-        print()
-        print(f"Chaos run, seed {opts.seed}: {time.monotonic() - started:.0f} s in all")
-        print(
+        lines: list[str] = []
+        say = lines.append
+        say("")
+        say(f"Chaos run, seed {opts.seed}: {time.monotonic() - started:.0f} s in all")
+        say(
             table(
                 ["what", "count"],
                 [
@@ -634,12 +669,12 @@ def main(argv: list[str] | None = None) -> int:
                 ],
             )
         )
-        print("\nRuns by status: " + json.dumps(counts, sort_keys=True))
-        print("Attempts by status: " + json.dumps(attempt_counts, sort_keys=True))
-        print("Duplicate patterns: " + json.dumps(dict(ctl.patterns), sort_keys=True))
-        print("Answers: " + json.dumps(dict(sorted(ctl.statuses.items()))))
-        print()
-        print(
+        say("\nRuns by status: " + json.dumps(counts, sort_keys=True))
+        say("Attempts by status: " + json.dumps(attempt_counts, sort_keys=True))
+        say("Duplicate patterns: " + json.dumps(dict(ctl.patterns), sort_keys=True))
+        say("Answers: " + json.dumps(dict(sorted(ctl.statuses.items()))))
+        say("")
+        say(
             table(
                 ["invariant", "checked", "violations"],
                 [[c.name, c.checked, c.violations] for c in checks],
@@ -647,11 +682,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         bad = [c for c in checks if c.violations]
         for c in bad:
-            print(f"\nVIOLATED: {c.name}")
+            say(f"\nVIOLATED: {c.name}")
             for example in c.examples:
-                print(f"  {example}")
+                say(f"  {example}")
         if kills < kills_target:
-            print(f"\nonly {kills} kills were sent (wanted {kills_target})")
+            say(f"\nonly {kills} kills were sent (wanted {kills_target})")
+        report = "\n".join(lines)
+        print(report, flush=True)
+        if opts.write_docs or (opts.write_docs is None and not opts.short):
+            _write_docs(report, argv)
         result = {
             "seed": opts.seed,
             "short": opts.short,

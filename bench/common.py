@@ -312,7 +312,8 @@ def machine() -> dict[str, Any]:
         info["memory_gib"] = round(int(mem) / 1024 / 1024, 1)
     with contextlib.suppress(OSError):
         info["loadavg_at_start"] = Path("/proc/loadavg").read_text().split()[:3]
-    with contextlib.suppress(Exception), _admin_connect(base_database_url()) as conn:
+    url = os.environ.get("BENCH_BASE_DATABASE_URL") or os.environ.get("DATABASE_URL", "")
+    with contextlib.suppress(Exception), _admin_connect(url) as conn:
         info["postgresql"] = conn.execute("SHOW server_version").fetchone()[0]
         info["synchronous_commit"] = conn.execute("SHOW synchronous_commit").fetchone()[0]
         info["fsync"] = conn.execute("SHOW fsync").fetchone()[0]

@@ -467,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kills", type=int, help="SIGKILLs to send (long 60, short 15)")
     parser.add_argument("--lease-seconds", type=float, default=3.0)
     parser.add_argument(
-        "--settle", type=float, help="seconds to let runs settle (long 120, short 45)"
+        "--settle", type=float, help="at most this many seconds of settling (long 300, short 150)"
     )
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--no-pg-restart", action="store_true")
@@ -482,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     duration = opts.duration or (45.0 if opts.short else 300.0)
     workers_n = opts.workers or (3 if opts.short else 4)
     kills_target = opts.kills or (15 if opts.short else 60)
-    settle = opts.settle or (45.0 if opts.short else 120.0)
+    settle = opts.settle or (150.0 if opts.short else 300.0)
     rng = random.Random(opts.seed)
     started = time.monotonic()
 
@@ -529,8 +529,6 @@ def main(argv: list[str] | None = None) -> int:
 
         django.setup()
         tokens = _setup_people()
-        made = _create_runs(opts.runs, hook_url, rng)
-        log(f"created {sum(made.values())} runs: {dict(made)}")
 
         port = free_port()
         web_log = open(logdir / "web.log", "ab")  # noqa: SIM115
@@ -555,6 +553,9 @@ def main(argv: list[str] | None = None) -> int:
             "0.5",
         ]
         workers = Workers(workers_n, command, env, logdir)
+        # The workers are up first, so they start on the runs while the rest are created.
+        made = _create_runs(opts.runs, hook_url, rng)
+        log(f"created {sum(made.values())} runs: {dict(made)}")
         ctl = Controller(base, tokens, opts.seed)
 
         stop = threading.Event()
@@ -610,15 +611,25 @@ def main(argv: list[str] | None = None) -> int:
             f"faults over: {kills} SIGKILL, {freezes} SIGSTOP/SIGCONT; settling (<= {settle:.0f} s)"
         )
 
-        settle_end = time.monotonic() + settle
+        # Settle: wait while the runs make progress. Stop when all are final or waiting,
+        # when nothing moved for 20 s (stuck: the check will say which runs), or at the cap.
+        settle_start = time.monotonic()
         left = _unsettled()
-        while left and time.monotonic() < settle_end:
+        best, last_progress = left, settle_start
+        while left and time.monotonic() - settle_start < settle:
+            if time.monotonic() - last_progress > 20:
+                break
             workers.supervise()
             time.sleep(1.0)
             left = _unsettled()
-        log(f"{left} runs not yet in a final or waiting state")
+            if left < best:
+                best, last_progress = left, time.monotonic()
+        log(
+            f"{left} runs not yet in a final or waiting state after "
+            f"{time.monotonic() - settle_start:.0f} s"
+        )
         # Let the sweeper take out in-progress idempotency records whose lease ran out.
-        time.sleep(max(0.0, 6.0 - (time.monotonic() - (settle_end - settle))))
+        time.sleep(max(0.0, 6.0 - (time.monotonic() - settle_start)))
         workers.stop()
 
         import psycopg

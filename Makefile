@@ -23,8 +23,7 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 
 ## Set everything up and start the dashboard with workers and demo agents in one process.
 run: $(STAMP)
-	$(PY) manage.py migrate --noinput
-	$(PY) -m daphne -b $(HOST) -p $(PORT) config.asgi:application
+	$(PY) manage.py serve --host $(HOST) --port $(PORT)
 
 ## The whole test suite (SQLite unless DATABASE_URL is set; CI sets it).
 test: $(STAMP) browser-deps

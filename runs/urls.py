@@ -1,5 +1,31 @@
+"""Dashboard routes (mounted at ``/``). The JSON API lives in ``runs.api_urls``."""
+
 from __future__ import annotations
 
-from django.urls import URLPattern, URLResolver
+from django.contrib.auth import views as auth_views
+from django.urls import URLPattern, URLResolver, include, path
 
-urlpatterns: list[URLPattern | URLResolver] = []
+from runs import views
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path(
+        "login/",
+        auth_views.LoginView.as_view(redirect_authenticated_user=True),
+        name="login",
+    ),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("i18n/", include("django.conf.urls.i18n")),
+    path("", views.inbox, name="inbox"),
+    path("inbox/count", views.inbox_count, name="inbox-count"),
+    path("runs/", views.run_list, name="run-list"),
+    path("runs/new", views.run_start, name="run-start"),
+    path("runs/<str:run_id>/", views.run_detail, name="run-detail"),
+    path("runs/<str:run_id>/timeline", views.run_timeline, name="run-timeline"),
+    path("runs/<str:run_id>/cancel", views.run_cancel, name="run-cancel"),
+    path("runs/<str:run_id>/retry", views.run_retry, name="run-retry"),
+    path(
+        "runs/<str:run_id>/requests/<str:request_id>/answer",
+        views.request_answer,
+        name="request-answer",
+    ),
+]

@@ -19,7 +19,7 @@ from runs.clock import db_now
 from runs.events import append_event, notify_work
 from runs.metrics import LEASE_EXPIRIES
 from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent
-from runs.services.lifecycle import expire_request_locked, fail_locked_for_lost_lease
+from runs.services.failures import expire_request_locked, fail_locked_for_lost_lease
 from runs.states import HOLDING, TERMINAL, AttemptStatus, RequestStatus, RunStatus, next_status
 
 

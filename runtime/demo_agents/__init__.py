@@ -3,10 +3,11 @@
 - ``auth_token_migration``: observe, ask, approve, a compensable write, an irreversible e-mail.
 - ``flaky_deploy``: retries with backoff, a deterministic stop, a repeated-error stop.
 - ``webhook_fanout``: several webhooks, one times out: unknown, reconciliation, retry.
+- ``nightly_report``: a transient failure with a five-minute backoff.
 """
 
 from __future__ import annotations
 
-from runtime.demo_agents import auth_token_migration, flaky_deploy, webhook_fanout
+from runtime.demo_agents import auth_token_migration, flaky_deploy, nightly_report, webhook_fanout
 
-__all__ = ["auth_token_migration", "flaky_deploy", "webhook_fanout"]
+__all__ = ["auth_token_migration", "flaky_deploy", "nightly_report", "webhook_fanout"]

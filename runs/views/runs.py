@@ -1,0 +1,425 @@
+"""The runs list, the run page with its panels, and the cancel and retry actions."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.db.models import Count, Q
+from django.http import HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_GET, require_POST
+
+from runs import services
+from runs.agents import all_agent_specs
+from runs.forms import CancelForm, RetryForm
+from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent
+from runs.selectors import CANCEL, RETRY, run_get_for_user, runs_for_user
+from runs.states import CANCELLABLE, RequestStatus, RunStatus
+from runs.views._common import (
+    HtmxHttpRequest,
+    Outcome,
+    dashboard_view,
+    form_key,
+    new_idempotency_key,
+    perform_once,
+    redirect_after_post,
+    safe_next,
+)
+from runs.views._present import (
+    TIMELINE_FILTERS,
+    as_text,
+    clock,
+    describe_event,
+    event_matches,
+    event_tone,
+    run_status_text,
+    span,
+    status_tone,
+)
+from runs.views.cards import RequestCard, build_card
+
+PAGE_SIZE = 25
+TIMELINE_LIMIT = 500
+
+# --- Runs list --------------------------------------------------------------------------------
+
+
+def _encode_cursor(run: Run) -> str:
+    raw = f"{run.created_at.isoformat()}|{run.id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(value: str) -> tuple[dt.datetime, str] | None:
+    """The (created_at, id) a page starts after, or None for a missing or garbled cursor."""
+    if not value or len(value) > 200:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return None
+    created, _sep, run_id = raw.partition("|")
+    when = parse_datetime(created)
+    if when is None or not run_id:
+        return None
+    return when, run_id
+
+
+@dashboard_view()
+@require_GET
+def run_list(request: HtmxHttpRequest) -> HttpResponse:
+    """Runs, newest first: filter by status and agent, search by id, cursor pages."""
+    user = request.user
+    status = request.GET.get("status", "")
+    status = status if status in RunStatus.values else ""
+    agent = request.GET.get("agent", "")[:100]
+    q = request.GET.get("q", "").strip()[:64]
+    cursor = _decode_cursor(request.GET.get("cursor", ""))
+    scoped = runs_for_user(user=user, agent=agent or None, q=q or None)
+    counts = dict(scoped.order_by().values_list("status").annotate(n=Count("pk")))
+    runs = runs_for_user(
+        user=user, status=status or None, agent=agent or None, q=q or None
+    ).select_related("current_attempt")
+    if q and not status and not cursor and not request.htmx:
+        # A full id that names one run goes straight to it.
+        exact = list(runs.filter(pk=q)[:1])
+        if exact:
+            return redirect("run-detail", run_id=exact[0].id)
+    if cursor is not None:
+        when, after_id = cursor
+        runs = runs.filter(Q(created_at__lt=when) | Q(created_at=when, id__lt=after_id))
+    page = list(runs[: PAGE_SIZE + 1])
+    has_more = len(page) > PAGE_SIZE
+    page = page[:PAGE_SIZE]
+    known_agents = {s.name for s in all_agent_specs()}
+    known_agents |= set(Run.objects.order_by().values_list("agent", flat=True).distinct())
+
+    def url(**changes: str) -> str:
+        params = {"status": status, "agent": agent, "q": q, **changes}
+        return "?" + urlencode({k: v for k, v in params.items() if v})
+
+    status_tabs = [("", _("All"), sum(counts.values()), url(status=""))] + [
+        (value, label, counts.get(value, 0), url(status=value))
+        for value, label in RunStatus.choices
+    ]
+    context = {
+        "rows": [_row(run) for run in page],
+        "status": status,
+        "agent": agent,
+        "q": q,
+        "agents": sorted(known_agents),
+        "status_tabs": status_tabs,
+        "next_url": url(cursor=_encode_cursor(page[-1])) if has_more else "",
+        "first_url": url() if cursor is not None else "",
+    }
+    if request.htmx and request.htmx.target == "runs-table":
+        return render(request, "runs/run_list.html#runs-table", context)
+    return render(request, "runs/run_list.html", context)
+
+
+def _row(run: Run) -> dict[str, Any]:
+    return {
+        "run": run,
+        "status_text": run_status_text(run),
+        "tone": status_tone(run.status),
+        "created": clock(run.created_at),
+        "updated": clock(run.updated_at),
+    }
+
+
+# --- Run page --------------------------------------------------------------------------------
+
+
+def _actor_name(actor: str) -> str:
+    return actor.split(":", 1)[1] if actor.startswith("user:") else actor
+
+
+def _last_event(run: Run, event_type: str) -> RunEvent | None:
+    return run.events.filter(type=event_type).order_by("-seq").first()
+
+
+def _attempt_rows(run: Run) -> list[dict[str, Any]]:
+    now = timezone.now()
+    rows = []
+    for attempt in run.attempts.select_related("resume_from").order_by("number"):
+        duration = ""
+        if attempt.started_at:
+            end = attempt.ended_at or now
+            duration = span((end - attempt.started_at).total_seconds())
+        rows.append(
+            {
+                "attempt": attempt,
+                "started": clock(attempt.started_at),
+                "duration": duration,
+                "live": attempt.ended_at is None and attempt.started_at is not None,
+            }
+        )
+    return rows
+
+
+def _timeline(run: Run, name: str) -> list[dict[str, Any]]:
+    events = run.events.order_by("-seq")[:TIMELINE_LIMIT]
+    rows = []
+    for event in reversed(list(events)):
+        if name and not event_matches(event, name):
+            continue
+        rows.append(
+            {
+                "event": event,
+                "text": describe_event(event),
+                "tone": event_tone(event),
+                "actor": _actor_name(event.actor),
+                "when": clock(event.created_at),
+                "payload": as_text(event.payload) if event.payload else "",
+            }
+        )
+    return rows
+
+
+def _checkpoint_rows(run: Run) -> list[dict[str, Any]]:
+    return [
+        {
+            "checkpoint": cp,
+            "when": clock(cp.created_at),
+            "state": as_text(cp.state),
+            "is_latest": cp.id == run.latest_checkpoint_id,
+        }
+        for cp in run.checkpoints.select_related("attempt").order_by("-number")
+    ]
+
+
+def run_context(
+    request: HtmxHttpRequest,
+    run: Run,
+    *,
+    pending_card: RequestCard | None = None,
+    cancel_form: CancelForm | None = None,
+    retry_form: RetryForm | None = None,
+    message: str = "",
+    level: str = "info",
+    timeline: str = "",
+) -> dict[str, Any]:
+    user = request.user
+    if pending_card is None and run.pending_request_id:
+        req = InputRequest.objects.select_related("run", "answered_by").get(
+            pk=run.pending_request_id
+        )
+        pending_card = build_card(req, user=user, origin="run")
+    last_request = None
+    if pending_card is None:
+        last_request = (
+            run.input_requests.select_related("run", "answered_by")
+            .exclude(status=RequestStatus.PENDING)
+            .order_by("-created_at")
+            .first()
+        )
+    checkpoints = list(run.checkpoints.order_by("-number"))
+    retry_blockers = (
+        services.retry_blockers(run)
+        if run.status in (RunStatus.FAILED, RunStatus.CANCELLED)
+        else []
+    )
+    return {
+        "run": run,
+        "status_text": run_status_text(run),
+        "tone": status_tone(run.status),
+        "message": message,
+        "message_level": level,
+        "pending_card": pending_card,
+        "last_card": (build_card(last_request, user=user, origin="run") if last_request else None),
+        "attempts": _attempt_rows(run),
+        "timeline": _timeline(run, timeline),
+        "timeline_filter": timeline,
+        "timeline_filters": [(k, v[0]) for k, v in TIMELINE_FILTERS.items()],
+        "checkpoints": _checkpoint_rows(run),
+        "can_cancel": user.has_perm(CANCEL),
+        "can_retry": user.has_perm(RETRY),
+        "cancellable": run.status in CANCELLABLE and run.status != RunStatus.CANCEL_REQUESTED,
+        "retryable": run.status in (RunStatus.FAILED, RunStatus.CANCELLED),
+        "retry_blockers": retry_blockers,
+        "cancel_form": cancel_form or CancelForm(),
+        "cancel_key": new_idempotency_key(),
+        "retry_form": retry_form or RetryForm(checkpoints=checkpoints),
+        "retry_key": new_idempotency_key(),
+        "input_text": as_text(run.input),
+        "result_text": as_text(run.result) if run.result is not None else "",
+        "created": clock(run.created_at),
+        "finished": clock(run.finished_at),
+        "not_before": clock(run.not_before),
+        "cancel_open": cancel_form is not None and bool(cancel_form.errors),
+        "retry_open": retry_form is not None and bool(retry_form.errors),
+    }
+
+
+def render_run_page(
+    request: HtmxHttpRequest, run_id: str, *, status: int = 200, **kwargs: Any
+) -> HttpResponse:
+    run = run_get_for_user(user=request.user, run_id=run_id)
+    return render(
+        request, "runs/run_detail.html", run_context(request, run, **kwargs), status=status
+    )
+
+
+def render_run_main(
+    request: HtmxHttpRequest, run_id: str, *, status: int = 200, **kwargs: Any
+) -> HttpResponse:
+    """The run page's main panel, swapped in after an action, with a fresh form and key."""
+    run = run_get_for_user(user=request.user, run_id=run_id)
+    return render(
+        request,
+        "runs/run_detail.html#run-reply",
+        run_context(request, run, **kwargs),
+        status=status,
+    )
+
+
+@dashboard_view(require_view=False)
+@require_GET
+def run_detail(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+    timeline = request.GET.get("events", "")
+    timeline = timeline if timeline in TIMELINE_FILTERS else ""
+    return render_run_page(request, run_id, timeline=timeline)
+
+
+@dashboard_view(require_view=False)
+@require_GET
+def run_timeline(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+    """The timeline panel alone, filtered (Failures, Human decisions, Side effects)."""
+    run = run_get_for_user(user=request.user, run_id=run_id)
+    name = request.GET.get("events", "")
+    name = name if name in TIMELINE_FILTERS else ""
+    if not request.htmx:
+        return redirect(f"{reverse('run-detail', args=[run.id])}?events={name}#timeline")
+    context = {
+        "run": run,
+        "timeline": _timeline(run, name),
+        "timeline_filter": name,
+        "timeline_filters": [(k, v[0]) for k, v in TIMELINE_FILTERS.items()],
+    }
+    return render(request, "runs/run_detail.html#run-timeline", context)
+
+
+# --- Cancel and retry ------------------------------------------------------------------------
+
+
+def _run_reply(
+    request: HtmxHttpRequest, run: Run, *, outcome: Outcome, message: str, **kwargs: Any
+) -> HttpResponse:
+    level = "success" if outcome.ok else "error"
+    if not request.htmx:
+        messages.add_message(request, messages.SUCCESS if outcome.ok else messages.ERROR, message)
+        return redirect_after_post(safe_next(request, reverse("run-detail", args=[run.id])))
+    return render_run_main(
+        request, run.id, message=message, level=level, status=outcome.status, **kwargs
+    )
+
+
+def _out_of_date(request: HtmxHttpRequest, run: Run) -> HttpResponse:
+    outcome = Outcome(ok=False, code="malformed_request", status=400)
+    message = _("This form is out of date; here is the current state. Please try again.")
+    return _run_reply(request, run, outcome=outcome, message=message)
+
+
+def _already(run: Run, event_type: str, text: str) -> str:
+    event = _last_event(run, event_type)
+    if event is None:
+        return ""
+    return text % {"who": _actor_name(event.actor), "when": clock(event.created_at)}
+
+
+@dashboard_view(require_view=False)
+@require_POST
+def run_cancel(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+    run = run_get_for_user(user=request.user, run_id=run_id, perm=CANCEL)
+    key = form_key(request)
+    if key is None or request.POST.get("run_id") != run.id:
+        return _out_of_date(request, run)
+    form = CancelForm(request.POST)
+    if not form.is_valid():
+        if request.htmx:
+            return render_run_main(request, run.id, cancel_form=form, status=422)
+        return render_run_page(request, run.id, cancel_form=form, status=422)
+    reason = form.cleaned_data["reason"]
+
+    def cancel() -> dict[str, Any]:
+        cancelled = services.run_cancel(run_id=run.id, user=request.user, reason=reason)
+        return {"run_status": cancelled.status}
+
+    outcome, _replayed = perform_once(
+        request, key=key, body={"run_id": run.id, "reason": reason}, call=cancel
+    )
+    run.refresh_from_db()
+    if outcome.ok and outcome.extra.get("run_status") == RunStatus.CANCEL_REQUESTED:
+        message = _("Cancel accepted. The running step stops at its next safe point.")
+    elif outcome.ok:
+        message = _("Run cancelled.")
+    elif outcome.code.startswith("idempotency_"):
+        message = outcome.detail
+    else:
+        message = _already(
+            run, "run.cancel_requested", _("Already cancelled by %(who)s at %(when)s.")
+        )
+        if not message or run.status not in (RunStatus.CANCELLED, RunStatus.CANCEL_REQUESTED):
+            message = _("Nothing to cancel: the run is %(status)s.") % {
+                "status": run_status_text(run).lower()
+            }
+    return _run_reply(request, run, outcome=outcome, message=message)
+
+
+@dashboard_view(require_view=False)
+@require_POST
+def run_retry(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+    run = run_get_for_user(user=request.user, run_id=run_id, perm=RETRY)
+    key = form_key(request)
+    if key is None or request.POST.get("run_id") != run.id:
+        return _out_of_date(request, run)
+    checkpoints = list(Checkpoint.objects.filter(run=run).order_by("-number"))
+    form = RetryForm(request.POST, checkpoints=checkpoints)
+    if not form.is_valid():
+        if request.htmx:
+            return render_run_main(request, run.id, retry_form=form, status=422)
+        return render_run_page(request, run.id, retry_form=form, status=422)
+    reason = form.cleaned_data["reason"]
+    from_checkpoint = form.cleaned_data.get("from_checkpoint") or None
+
+    def retry() -> dict[str, Any]:
+        retried = services.run_retry(
+            run_id=run.id, reason=reason, from_checkpoint_id=from_checkpoint, user=request.user
+        )
+        attempt = Attempt.objects.get(pk=retried.current_attempt_id)
+        checkpoint = attempt.resume_from
+        return {"attempt": attempt.number, "checkpoint": checkpoint.number if checkpoint else 0}
+
+    body = {"run_id": run.id, "reason": reason, "from_checkpoint": from_checkpoint}
+    outcome, _replayed = perform_once(request, key=key, body=body, call=retry)
+    run.refresh_from_db()
+    if outcome.ok:
+        if outcome.extra.get("checkpoint"):
+            message = _("Retry queued: attempt %(n)s continues from checkpoint #%(cp)s.") % {
+                "n": outcome.extra.get("attempt"),
+                "cp": outcome.extra.get("checkpoint"),
+            }
+        else:
+            message = _("Retry queued: attempt %(n)s starts from the beginning.") % {
+                "n": outcome.extra.get("attempt")
+            }
+    elif outcome.code.startswith("idempotency_"):
+        message = outcome.detail
+    elif outcome.code == "invalid_state" and run.status not in (
+        RunStatus.FAILED,
+        RunStatus.CANCELLED,
+    ):
+        message = _already(run, "run.retried", _("Already retried by %(who)s at %(when)s.")) or _(
+            "Cannot retry: the run is %(status)s."
+        ) % {"status": run_status_text(run).lower()}
+    else:
+        message = outcome.detail
+    return _run_reply(request, run, outcome=outcome, message=message)

@@ -1,0 +1,119 @@
+"""Everything in one process: ``python manage.py serve`` (what ``make run`` starts).
+
+The web server (daphne, ASGI: pages, API, websockets), worker threads that also
+sweep, and the demo webhook receiver, in one process. With neither ``DATABASE_URL``
+nor ``REDIS_URL`` that is SQLite under ``var/`` and the in-memory channel layer; with
+them set, the same command uses PostgreSQL and Redis.
+
+At first start it creates the demo accounts (one generated password, printed once)
+and seeds demo runs. Outside production only: with ``HOLDPOINT_PRODUCTION`` on it
+neither creates accounts nor seeds. Ctrl-C stops the web server, then each worker
+finishes its step and releases its lease.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from runtime.demo_receiver import DemoReceiver
+from runtime.demo_seed import DemoDriver, ensure_demo_accounts, seed_demo_runs
+from runtime.worker import WorkerPool
+
+
+class Command(BaseCommand):
+    help = "Start the dashboard, workers and demo agents in one process."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--workers", type=int, default=4, help="Worker threads.")
+        parser.add_argument(
+            "--receiver-port",
+            type=int,
+            default=8765,
+            help="Port of the demo webhook receiver (0: any free port).",
+        )
+        parser.add_argument("--no-demo", action="store_true", help="No demo accounts or runs.")
+        parser.add_argument("--no-migrate", action="store_true")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["workers"] < 1:
+            raise CommandError("--workers must be at least 1.")
+        if not options["no_migrate"]:
+            call_command("migrate", interactive=False, verbosity=0)
+        demo = not options["no_demo"] and not settings.PRODUCTION
+        receiver = DemoReceiver("127.0.0.1", options["receiver_port"]).start()
+        stop = threading.Event()
+        pool = WorkerPool(options["workers"], stop_event=stop).start()
+        driver = None
+        password = None
+        if demo:
+            password = ensure_demo_accounts(settings.HOLDPOINT_DEMO_PASSWORD or None)
+            scenarios = seed_demo_runs(receiver.url)
+            if scenarios:
+                driver = DemoDriver(scenarios, stop)
+                driver.start()
+        self._announce(options, receiver, pool, password, demo)
+        try:
+            self._serve(options["host"], options["port"])
+        finally:
+            self.stdout.write("holdpoint: stopping workers (each finishes its step)…")
+            self.stdout.flush()
+            stop.set()
+            pool.stop(timeout=30)
+            receiver.stop()
+            self.stdout.write("holdpoint: stopped; leases released.")
+
+    def _serve(self, host: str, port: int) -> None:
+        from daphne.endpoints import build_endpoint_description_strings
+        from daphne.server import Server
+
+        from config.asgi import application
+
+        Server(
+            application=application,
+            endpoints=build_endpoint_description_strings(host=host, port=port),
+            signal_handlers=True,
+            action_logger=None,
+            # Websockets live long; pages answer fast.
+            websocket_timeout=86400,
+        ).run()
+
+    def _announce(
+        self,
+        options: dict[str, Any],
+        receiver: DemoReceiver,
+        pool: WorkerPool,
+        password: str | None,
+        demo: bool,
+    ) -> None:
+        db = settings.DATABASES["default"]
+        store = "PostgreSQL" if "postgresql" in str(db["ENGINE"]) else f"SQLite ({db['NAME']})"
+        layer = "Redis" if settings.REDIS_URL else "in-memory"
+        lines = [
+            "",
+            f"Holdpoint is running: http://{options['host']}:{options['port']}/",
+            f"  store: {store}; channel layer: {layer}; {pool.concurrency} workers "
+            f"for {', '.join(pool.agents)}",
+            f"  demo webhook receiver: {receiver.url}",
+        ]
+        if password:
+            lines += [
+                "  accounts (shown once; change with `python manage.py changepassword NAME`):",
+                *(
+                    f"    {name:<9} {password}"
+                    for name in ("operator", "approver", "viewer", "admin")
+                ),
+            ]
+        elif demo:
+            lines.append(
+                "  accounts: operator, approver, viewer, admin (password shown at first start)"
+            )
+        lines.append("  Ctrl-C stops cleanly.")
+        self.stdout.write("\n".join(lines) + "\n")
+        self.stdout.flush()

@@ -1,0 +1,162 @@
+// Holdpoint dashboard behaviour. Every page works without this file; it adds live countdowns,
+// the user's time zone, "add another" for lists, Ctrl/Cmd+Enter, and busy buttons.
+// No inline scripts anywhere (CSP script-src 'self'); htmx does the requests.
+(function () {
+  "use strict";
+
+  document.documentElement.classList.add("js");
+
+  // --- Time zone: the server renders times in the zone this cookie names. -----------------
+  try {
+    var zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+    var current = (document.cookie.match(/(?:^|;\s*)tz=([^;]*)/) || [])[1];
+    // Zone names are letters, digits and _ + - / only; anything else is not stored.
+    if (zone && /^[A-Za-z0-9_+\-\/]{1,64}$/.test(zone) && current !== zone) {
+      document.cookie = "tz=" + zone + "; path=/; max-age=31536000; samesite=lax";
+    }
+  } catch (e) {
+    /* Old browsers: times stay in the server's zone, which they name. */
+  }
+
+  // --- Countdowns ---------------------------------------------------------------------------
+  function span(seconds) {
+    seconds = Math.max(0, Math.floor(seconds));
+    var d = Math.floor(seconds / 86400);
+    var h = Math.floor((seconds % 86400) / 3600);
+    var m = Math.floor((seconds % 3600) / 60);
+    var s = seconds % 60;
+    if (d) return d + "d " + h + "h";
+    if (h) return h + "h " + m + "m";
+    if (m) return m + "m " + (s < 10 ? "0" : "") + s + "s";
+    return s + "s";
+  }
+
+  function expireCard(card) {
+    if (!card || card.classList.contains("is-expired")) return;
+    card.classList.add("is-expired");
+    var form = card.querySelector("form.answer-form");
+    if (!form) return;
+    // The server refuses a late answer anyway; this only says so before anyone types.
+    form.querySelectorAll("button, input, textarea, select").forEach(function (el) {
+      if (el.type !== "hidden") el.disabled = true;
+    });
+    var note = document.createElement("p");
+    note.className = "flash flash-error";
+    note.setAttribute("role", "alert");
+    note.textContent = form.dataset.expiredText || "This request has expired and can no longer be answered.";
+    form.prepend(note);
+  }
+
+  function tick() {
+    var now = Date.now();
+    document.querySelectorAll("time[data-countdown]").forEach(function (el) {
+      var left = (Date.parse(el.getAttribute("datetime")) - now) / 1000;
+      if (left > 0) {
+        el.textContent = (el.dataset.fmtLeft || "Expires in {}").replace("{}", span(left));
+      } else {
+        el.textContent = el.dataset.fmtGone || "Expired";
+        var wrap = el.closest(".countdown");
+        if (wrap) wrap.classList.add("is-expired");
+        expireCard(el.closest("[data-request-card]"));
+      }
+    });
+  }
+
+  // --- Repeatable list inputs -----------------------------------------------------------------
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest("[data-add-item]");
+    if (!button) return;
+    var list = button.closest("[data-list]");
+    var items = list && list.querySelector("[data-list-items]");
+    var last = items && items.lastElementChild;
+    if (!last) return;
+    var copy = last.cloneNode(false);
+    copy.value = "";
+    copy.removeAttribute("aria-invalid");
+    var label = (copy.getAttribute("aria-label") || "").replace(/\s*\d+$/, "");
+    copy.setAttribute("aria-label", label + " " + (items.children.length + 1));
+    items.appendChild(copy);
+    copy.focus();
+  });
+
+  // --- Ctrl/Cmd+Enter submits the focused card's form (UX 19). Approvals are excluded: -----
+  // --- approving takes a deliberate click on a button that names what it does. ------------
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "Enter" || !(event.ctrlKey || event.metaKey)) return;
+    var form = event.target.closest && event.target.closest("form[data-submit-shortcut]");
+    if (!form) return;
+    event.preventDefault();
+    var submit = form.querySelector("[data-default-submit]");
+    if (submit && !submit.disabled) form.requestSubmit(submit);
+  });
+
+  // --- Busy buttons: the clicked one shows progress while htmx disables them all. --------------
+  document.addEventListener(
+    "submit",
+    function (event) {
+      if (event.submitter) event.submitter.classList.add("is-busy");
+    },
+    true
+  );
+  document.addEventListener("htmx:afterRequest", function (event) {
+    var elt = event.detail && event.detail.elt;
+    if (elt && elt.querySelectorAll) {
+      elt.querySelectorAll(".is-busy").forEach(function (b) {
+        b.classList.remove("is-busy");
+      });
+    }
+  });
+
+  // --- Selects that submit their form on change (language). -------------------------------------
+  document.addEventListener("change", function (event) {
+    if (event.target.matches && event.target.matches("select[data-autosubmit]")) {
+      event.target.form.requestSubmit();
+    }
+  });
+
+  // After a swap, move focus to the message the server sent, so keyboard and screen-reader
+  // users hear the outcome and can Tab on from there.
+  document.addEventListener("htmx:afterSwap", function (event) {
+    tick();
+    var target = event.detail && event.detail.target;
+    var root = target && document.getElementById(target.id) ? document.getElementById(target.id) : document;
+    var flash = root.querySelector && root.querySelector(".flash, .form-error, [aria-invalid='true']");
+    if (flash) {
+      if (!flash.hasAttribute("tabindex") && !/INPUT|TEXTAREA|SELECT/.test(flash.tagName)) {
+        flash.setAttribute("tabindex", "-1");
+      }
+      flash.focus({ preventScroll: false });
+    }
+  });
+
+  // A request htmx could not complete (403, 404, 500, no network): say so, never fail silently.
+  function showProblem(text) {
+    var main = document.getElementById("main");
+    if (!main) return;
+    var old = document.getElementById("request-problem");
+    if (old) old.remove();
+    var note = document.createElement("p");
+    note.id = "request-problem";
+    note.className = "flash flash-error";
+    note.setAttribute("role", "alert");
+    note.setAttribute("tabindex", "-1");
+    note.textContent = text;
+    main.prepend(note);
+    note.focus();
+  }
+  document.addEventListener("htmx:responseError", function (event) {
+    var status = event.detail && event.detail.xhr ? event.detail.xhr.status : "";
+    var text = document.body.dataset.errorText || "That did not work ({}). Reload the page and try again.";
+    showProblem(text.replace("{}", String(status)));
+  });
+  document.addEventListener("htmx:sendError", function () {
+    showProblem(document.body.dataset.offlineText || "Could not reach Holdpoint. Check the connection and try again.");
+  });
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", tick);
+  } else {
+    tick();
+  }
+  setInterval(tick, 1000);
+})();

@@ -1,0 +1,106 @@
+"""Browser tests: Playwright driving Debian's Chromium against pytest-django's live server.
+
+Without ``/usr/bin/chromium`` the tests skip and say so; in CI (``CI=true``) they fail
+instead, so a missing browser can never turn into a green run. Playwright's sync API
+runs an event loop in this thread, and the tests also use the ORM here, hence
+``DJANGO_ALLOW_ASYNC_UNSAFE``. Screenshots go to ``test-output/screenshots/``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-output" / "screenshots"
+ZONE = "Asia/Shanghai"
+
+
+@pytest.fixture(autouse=True)
+def _permissions_and_groups(transactional_db: None) -> None:
+    """Make sure the content types, permissions and groups that migrations create exist.
+
+    A transactional test with ``serialized_rollback`` flushes them at teardown and
+    Django then skips ``post_migrate``, expecting the next test to restore the
+    serialized copy. That restore cannot work here: while Playwright's loop runs in
+    this thread, Django hands out a different connection object than the one that
+    holds the serialized copy. So recreate them the way ``migrate`` does.
+    """
+    from django.core.management.sql import emit_post_migrate_signal
+
+    from runs.groups import ensure_default_groups
+
+    emit_post_migrate_signal(verbosity=0, interactive=False, db="default")
+    ensure_default_groups()
+
+
+class PageProblems:
+    """Console errors and uncaught exceptions (CSP violations are console errors)."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def console(self, message: Any) -> None:
+        if message.type == "error" and not _expected_error(message.text):
+            self.errors.append(f"console: {message.text} at {message.location}")
+
+    def page_error(self, error: Any) -> None:
+        self.errors.append(f"pageerror: {error}")
+
+
+def _expected_error(text: str) -> bool:
+    # htmx logs the 4xx replies it swaps on purpose (409 stale, 422 invalid), as the
+    # browser does for any failed load; they are the behaviour under test.
+    return bool(re.search(r"status of (400|409|422)", text))
+
+
+@pytest.fixture
+def new_page(browser: Any, live_server: Any) -> Iterator[Any]:
+    """A factory of pages, each in its own browser context (own cookies: own session)."""
+    contexts = []
+    problems = PageProblems()
+
+    def make(*, javascript: bool = True) -> Any:
+        context = browser.new_context(
+            base_url=live_server.url,
+            viewport={"width": 1280, "height": 900},
+            timezone_id=ZONE,
+            locale="en-US",
+            java_script_enabled=javascript,
+        )
+        context.set_default_timeout(10_000)
+        contexts.append(context)
+        page = context.new_page()
+        page.on("console", problems.console)
+        page.on("pageerror", problems.page_error)
+        return page
+
+    yield make
+    for context in contexts:
+        context.close()
+    assert problems.errors == [], "the browser reported problems"
+
+
+@pytest.fixture
+def page(new_page: Any) -> Any:
+    return new_page()
+
+
+def login(page: Any, username: str) -> None:
+    page.goto("/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", f"pw-{username}")
+    page.click("button[type=submit]")
+    page.wait_for_url(re.compile(r".*/$"))
+
+
+def shot(page: Any, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from bench.common import PYTHON, ROOT, base_database_url, machine
+from bench.common import PYTHON, RESULTS_DIR, ROOT, base_database_url, machine
 
 DOC = ROOT / "docs" / "performance.md"
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
@@ -113,7 +113,16 @@ def main(argv: list[str] | None = None) -> int:
         if name == "push" and not os.environ.get("REDIS_URL"):
             continue
         text, seconds, code = run(name, args)
-        outputs.append((name, args, text, seconds, code))
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        (RESULTS_DIR / f"{name}.out.json").write_text(
+            json.dumps({"args": args, "text": text, "seconds": seconds, "code": code}) + "\n"
+        )
+    # Every script's latest output, so that --only refreshes one and keeps the others.
+    for name, _ in scripts(opts):
+        saved = RESULTS_DIR / f"{name}.out.json"
+        if saved.exists():
+            data = json.loads(saved.read_text())
+            outputs.append((name, data["args"], data["text"], data["seconds"], data["code"]))
     if not opts.no_docs:
         section = render(outputs)
         doc = DOC.read_text() if DOC.exists() else f"# Performance\n\n{BEGIN}\n{END}\n"
@@ -124,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         DOC.parent.mkdir(parents=True, exist_ok=True)
         DOC.write_text(doc)
         print(f"\nwrote the figures into {DOC.relative_to(ROOT)}")
-    failed = [name for name, _, _, _, code in outputs if code]
+    failed = [name for name, _, _, _, code in outputs if code and (not only or name in only)]
     if failed:
         print("failed: " + ", ".join(failed))
     return 1 if failed else 0

@@ -422,12 +422,12 @@ def _sampler(
 
 
 def _unsettled() -> int:
-    from django.db import close_old_connections
-
-    from runs.models import Run
+    from django.db import close_old_connections, connection
 
     close_old_connections()
-    return Run.objects.exclude(status__in=invariants.FINAL_OR_WAITING).count()
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM ({invariants.UNSETTLED_SQL}) u")
+        return int(cursor.fetchone()[0])
 
 
 def _write_docs(report: str, argv: list[str] | None) -> None:

@@ -14,7 +14,6 @@ from typing import Any
 
 # Worker writes that are fenced by (lease_epoch, cancel_epoch): intentions, never facts.
 FENCED_EVENTS = {"checkpoint.saved", "run.succeeded", "run.interrupted", "attempt.failed"}
-FINAL_OR_WAITING = {"succeeded", "failed", "cancelled", "input_required", "auth_required"}
 
 
 @dataclass
@@ -141,12 +140,20 @@ def fenced_writes(conn: Any) -> tuple[Check, Check]:
     return after_cancel, stale
 
 
+# A run backing off (``waiting``) is parked until ``not_before``; it counts as waiting
+# while that time is ahead (or only just passed), and as stuck once it is well past.
+UNSETTLED_SQL = (
+    "SELECT id, status, not_before FROM runs_run WHERE status NOT IN "
+    "('succeeded', 'failed', 'cancelled', 'input_required', 'auth_required') "
+    "AND NOT (status = 'waiting' AND not_before > now() - interval '10 seconds')"
+)
+
+
 def end_states(conn: Any) -> Check:
     check = Check("every run ends in a final or waiting state")
-    for run_id, status in _rows(conn, "SELECT id, status FROM runs_run"):
-        check.checked += 1
-        if status not in FINAL_OR_WAITING:
-            check.bad(f"{run_id}: {status}")
+    check.checked = _rows(conn, "SELECT count(*) FROM runs_run")[0][0]
+    for run_id, status, not_before in _rows(conn, UNSETTLED_SQL):
+        check.bad(f"{run_id}: {status}" + (f" (due {not_before})" if not_before else ""))
     return check
 
 

@@ -7,10 +7,12 @@ services, confirms the check passes on it, then breaks the history the way a bug
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from chaos import invariants
 from runs import services
@@ -93,8 +95,15 @@ def test_it_finds_a_lease_epoch_that_went_down() -> None:
 
 
 def test_it_finds_a_run_left_in_flight_and_an_orphaned_key() -> None:
-    _run, _ = _claimed_run()
+    run, _ = _claimed_run()
     assert invariants.end_states(_conn()).violations == 1  # running
+    # Backing off until later is a waiting state; long past its time, it is stuck.
+    Run.objects.filter(pk=run.pk).update(
+        status="waiting", not_before=timezone.now() + timedelta(minutes=5)
+    )
+    assert invariants.end_states(_conn()).violations == 0
+    Run.objects.filter(pk=run.pk).update(not_before=timezone.now() - timedelta(minutes=5))
+    assert invariants.end_states(_conn()).violations == 1
     assert invariants.idempotency_orphans(_conn()).violations == 0
     with connection.cursor() as cursor:
         cursor.execute(

@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint fmt migrate sweep worker web clean browser-deps bench chaos chaos-short
+.PHONY: run test lint fmt migrate sweep worker web clean browser-deps messages bench chaos chaos-short
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,13 @@ migrate: $(STAMP)
 
 sweep: $(STAMP)
 	$(PY) manage.py sweep
+
+## Refresh locale/ from the code (needs GNU gettext) and compile it; commit the .po and .mo files.
+MESSAGES_IGNORE := --ignore=.venv --ignore=var --ignore=test-output --ignore=tests --ignore=bench
+messages: $(STAMP)
+	$(PY) manage.py makemessages -l zh_Hans $(MESSAGES_IGNORE) --no-obsolete --add-location=file
+	$(PY) manage.py makemessages -d djangojs -l zh_Hans $(MESSAGES_IGNORE) --no-obsolete --add-location=file
+	$(PY) manage.py compilemessages -l zh_Hans $(MESSAGES_IGNORE)
 
 ## Benchmarks against their baselines and peers, measured side by side in one run; writes
 ## the figures into docs/performance.md. Needs DATABASE_URL (PostgreSQL) and REDIS_URL.

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.utils.translation import gettext_noop
 
 from runs.agents import RetryPolicy, agent_spec
 from runs.clock import db_now
@@ -243,7 +244,7 @@ def expire_request_locked(run: Run, request: InputRequest, *, now: Any) -> None:
     close_pending_request(
         run,
         status=RequestStatus.EXPIRED,
-        reason="No response before it expired",
+        reason=gettext_noop("No response before it expired"),
         now=now,
         actor="system:sweeper",
     )

@@ -54,20 +54,21 @@ def run(name: str, args: list[str]) -> tuple[str, float, int]:
     return "".join(lines).strip(), time.monotonic() - t0, proc.wait()
 
 
-def render(outputs: list[tuple[str, list[str], str, float, int]]) -> str:
+def render(outputs: list[tuple[str, list[str], str, float, int, str | None]]) -> str:
     info = machine()
     parts = [
         BEGIN,
         "",
-        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `make bench` "
-        "(`python -m bench.all`).",
+        f"Written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `make bench` "
+        "(`python -m bench.all`); each block says when it was measured.",
         "",
         "Machine: " + json.dumps(info, sort_keys=True),
         "",
     ]
-    for name, args, text, seconds, code in outputs:
+    for name, args, text, seconds, code, measured_at in outputs:
         command = f"python -m bench.{name} {' '.join(args)}".strip()
-        parts.append(f"### `{command}`  ({seconds:.0f} s{', FAILED' if code else ''})")
+        when = f"measured {measured_at}, " if measured_at else ""
+        parts.append(f"### `{command}`  ({when}{seconds:.0f} s{', FAILED' if code else ''})")
         parts.append("")
         # The EXPLAIN plans are long: fold them.
         if "EXPLAIN ANALYZE of every query" in text:
@@ -101,28 +102,52 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller counts, for a first look")
     parser.add_argument("--only", help="comma-separated script names")
     parser.add_argument("--no-docs", action="store_true", help="do not touch docs/performance.md")
+    parser.add_argument(
+        "--render-only",
+        action="store_true",
+        help="run nothing; write the saved outputs into the docs",
+    )
     opts = parser.parse_args(argv)
-    base_database_url()  # exits with a clear message without PostgreSQL
+    if not opts.render_only:
+        base_database_url()  # exits with a clear message without PostgreSQL
     if not os.environ.get("REDIS_URL"):
         print("note: REDIS_URL is not set; bench.push will say so and be skipped")
     only = set(opts.only.split(",")) if opts.only else None
     outputs = []
     for name, args in scripts(opts):
-        if only and name not in only:
+        if opts.render_only or (only and name not in only):
             continue
         if name == "push" and not os.environ.get("REDIS_URL"):
             continue
         text, seconds, code = run(name, args)
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
         (RESULTS_DIR / f"{name}.out.json").write_text(
-            json.dumps({"args": args, "text": text, "seconds": seconds, "code": code}) + "\n"
+            json.dumps(
+                {
+                    "args": args,
+                    "text": text,
+                    "seconds": seconds,
+                    "code": code,
+                    "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                }
+            )
+            + "\n"
         )
     # Every script's latest output, so that --only refreshes one and keeps the others.
     for name, _ in scripts(opts):
         saved = RESULTS_DIR / f"{name}.out.json"
         if saved.exists():
             data = json.loads(saved.read_text())
-            outputs.append((name, data["args"], data["text"], data["seconds"], data["code"]))
+            outputs.append(
+                (
+                    name,
+                    data["args"],
+                    data["text"],
+                    data["seconds"],
+                    data["code"],
+                    data.get("measured_at"),
+                )
+            )
     if not opts.no_docs:
         section = render(outputs)
         doc = DOC.read_text() if DOC.exists() else f"# Performance\n\n{BEGIN}\n{END}\n"
@@ -133,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         DOC.parent.mkdir(parents=True, exist_ok=True)
         DOC.write_text(doc)
         print(f"\nwrote the figures into {DOC.relative_to(ROOT)}")
-    failed = [name for name, _, _, _, code in outputs if code and (not only or name in only)]
+    failed = [name for name, _, _, _, code, _ in outputs if code and (not only or name in only)]
     if failed:
         print("failed: " + ", ".join(failed))
     return 1 if failed else 0

@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint fmt migrate sweep worker web clean browser-deps
+.PHONY: run test lint fmt migrate sweep worker web clean browser-deps messages bench chaos chaos-short
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,6 +15,11 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 install: $(STAMP)
+
+BENCH_STAMP := $(VENV)/.bench-stamp
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	$(PY) -m pip install --quiet -e ".[dev,bench]"
+	@touch $(BENCH_STAMP)
 
 ## Set everything up and start the dashboard with workers and demo agents in one process.
 run: $(STAMP)
@@ -41,6 +46,29 @@ migrate: $(STAMP)
 
 sweep: $(STAMP)
 	$(PY) manage.py sweep
+
+## Refresh locale/ from the code (needs GNU gettext) and compile it; commit the .po and .mo files.
+MESSAGES_IGNORE := --ignore=.venv --ignore=var --ignore=test-output --ignore=tests --ignore=bench
+messages: $(STAMP)
+	$(PY) manage.py makemessages -l zh_Hans $(MESSAGES_IGNORE) --no-obsolete --add-location=file
+	$(PY) manage.py makemessages -d djangojs -l zh_Hans $(MESSAGES_IGNORE) --no-obsolete --add-location=file
+	$(PY) manage.py compilemessages -l zh_Hans $(MESSAGES_IGNORE)
+
+## Benchmarks against their baselines and peers, measured side by side in one run; writes
+## the figures into docs/performance.md. Needs DATABASE_URL (PostgreSQL) and REDIS_URL.
+## BENCH_ARGS="--quick" for smaller counts, "--sizes 10k,100k" to skip the 1M-run table.
+bench: $(BENCH_STAMP)
+	@test -n "$$DATABASE_URL" || { echo "make bench needs DATABASE_URL=postgres://USER@HOST:PORT/NAME"; exit 2; }
+	$(PY) -m bench.all $(BENCH_ARGS)
+
+## The chaos run: web server and workers under kills, freezes, duplicate requests and a
+## PostgreSQL restart (a private cluster), then invariants. Exits non-zero on a violation.
+chaos: $(BENCH_STAMP)
+	$(PY) -m chaos.harness $(CHAOS_ARGS)
+
+## The short chaos run (about 2 minutes), as CI runs it in tests/chaos.
+chaos-short: $(STAMP)
+	$(PY) -m chaos.harness --short $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -12,6 +12,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from runs.ids import new_id
 
@@ -21,25 +22,25 @@ def new_operation_id() -> str:
 
 
 class SideEffectStatus(models.TextChoices):
-    PENDING = "pending", "Pending"
-    CONFIRMED = "confirmed", "Happened"
-    FAILED = "failed", "Did not happen"
-    UNKNOWN = "unknown", "Unknown"
-    COMPENSATED = "compensated", "Compensated"
-    COMPENSATION_FAILED = "compensation_failed", "Compensation failed"
+    PENDING = "pending", _("Pending")
+    CONFIRMED = "confirmed", _("Happened")
+    FAILED = "failed", _("Did not happen")
+    UNKNOWN = "unknown", _("Unknown")
+    COMPENSATED = "compensated", _("Compensated")
+    COMPENSATION_FAILED = "compensation_failed", _("Compensation failed")
 
 
 class Reversibility(models.TextChoices):
-    REVERSIBLE = "reversible", "Reversible"
-    COMPENSABLE = "compensable", "Compensable"
-    IRREVERSIBLE = "irreversible", "Cannot be undone"
+    REVERSIBLE = "reversible", _("Reversible")
+    COMPENSABLE = "compensable", _("Compensable")
+    IRREVERSIBLE = "irreversible", _("Cannot be undone")
 
 
 class Resolution(models.TextChoices):
     """How a person or the reconciler settled an ``unknown`` or stale ``pending`` effect."""
 
-    CONFIRMED = "confirmed", "Happened"
-    NOT_APPLIED = "not_applied", "Did not happen"
+    CONFIRMED = "confirmed", _("Happened")
+    NOT_APPLIED = "not_applied", _("Did not happen")
 
 
 # Statuses that say nothing final about the world yet.

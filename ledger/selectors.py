@@ -11,7 +11,7 @@ from typing import Any
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404
-from django.utils.translation import gettext, gettext_noop
+from django.utils.translation import gettext, gettext_noop, ngettext
 
 from ledger.models import Reversibility, SideEffect, SideEffectStatus
 from ledger.services._common import needs_reconciliation_q, stale_pending_q
@@ -67,10 +67,25 @@ def retry_guard(run: Run) -> str | None:
         return None
     parts = []
     if unknown:
-        parts.append(f"{unknown} whose outcome is unknown")
+        parts.append(
+            ngettext("%(n)d whose outcome is unknown", "%(n)d whose outcome is unknown", unknown)
+            % {"n": unknown}
+        )
     if pending:
-        parts.append(f"{pending} left pending by a worker that is gone")
-    return f"This run has side effects that must be reconciled first: {' and '.join(parts)}."
+        parts.append(
+            ngettext(
+                "%(n)d left pending by a worker that is gone",
+                "%(n)d left pending by a worker that is gone",
+                pending,
+            )
+            % {"n": pending}
+        )
+    joined = (
+        gettext("%(a)s and %(b)s") % {"a": parts[0], "b": parts[1]} if len(parts) == 2 else parts[0]
+    )
+    return gettext("This run has side effects that must be reconciled first: %(what)s.") % {
+        "what": joined
+    }
 
 
 def _tool_can_compensate(name: str) -> bool:
@@ -229,5 +244,7 @@ def side_effect_get_for_user(
     if effect is None:
         raise Http404("No such side effect.")
     if perm is not None and not user.has_perm(perm):
-        raise PermissionDenied(f"You do not have the {perm.split('.')[1]} permission.")
+        raise PermissionDenied(
+            gettext("You do not have the %(perm)s permission.") % {"perm": perm.split(".")[1]}
+        )
     return effect

@@ -12,6 +12,7 @@ from typing import Any
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404
+from django.utils.translation import gettext
 
 from runs.models import InputRequest, Run
 from runs.states import RequestKind, RequestStatus
@@ -37,7 +38,9 @@ def run_get_for_user(*, user: Any, run_id: str, perm: str | None = None) -> Run:
     if run is None:
         raise Http404("No such run.")
     if perm is not None and not user.has_perm(perm):
-        raise PermissionDenied(f"You do not have the {perm.split('.')[1]} permission.")
+        raise PermissionDenied(
+            gettext("You do not have the %(perm)s permission.") % {"perm": perm.split(".")[1]}
+        )
     return run
 
 

@@ -7,61 +7,62 @@ refused with ``invalid_state``. The table is DESIGN.md section 4.
 from __future__ import annotations
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from runs.errors import HoldpointError
 
 
 class RunStatus(models.TextChoices):
-    QUEUED = "queued", "Queued"
-    RUNNING = "running", "Running"
-    INPUT_REQUIRED = "input_required", "Waiting for input"
-    AUTH_REQUIRED = "auth_required", "Waiting for approval"
-    WAITING = "waiting", "Backing off"
-    CANCEL_REQUESTED = "cancel_requested", "Cancelling…"
-    SUCCEEDED = "succeeded", "Succeeded"
-    FAILED = "failed", "Failed"
-    CANCELLED = "cancelled", "Cancelled"
+    QUEUED = "queued", _("Queued")
+    RUNNING = "running", _("Running")
+    INPUT_REQUIRED = "input_required", _("Waiting for input")
+    AUTH_REQUIRED = "auth_required", _("Waiting for approval")
+    WAITING = "waiting", _("Backing off")
+    CANCEL_REQUESTED = "cancel_requested", _("Cancelling…")
+    SUCCEEDED = "succeeded", _("Succeeded")
+    FAILED = "failed", _("Failed")
+    CANCELLED = "cancelled", _("Cancelled")
 
 
 class AttemptStatus(models.TextChoices):
-    QUEUED = "queued", "Queued"
-    RUNNING = "running", "Running"
-    INTERRUPTED = "interrupted", "Interrupted"
-    SUCCEEDED = "succeeded", "Succeeded"
-    FAILED = "failed", "Failed"
-    ABORTED = "aborted", "Aborted"
-    LOST = "lost", "Lost"
+    QUEUED = "queued", _("Queued")
+    RUNNING = "running", _("Running")
+    INTERRUPTED = "interrupted", _("Interrupted")
+    SUCCEEDED = "succeeded", _("Succeeded")
+    FAILED = "failed", _("Failed")
+    ABORTED = "aborted", _("Aborted")
+    LOST = "lost", _("Lost")
 
 
 class AttemptReason(models.TextChoices):
-    INITIAL = "initial", "Initial"
-    RESUME = "resume", "Resume"
-    RETRY = "retry", "Retry"
-    AUTO_RETRY = "auto_retry", "Automatic retry"
-    LEASE_EXPIRED = "lease_expired", "Lease expired"
+    INITIAL = "initial", _("Initial")
+    RESUME = "resume", _("Resume")
+    RETRY = "retry", _("Retry")
+    AUTO_RETRY = "auto_retry", _("Automatic retry")
+    LEASE_EXPIRED = "lease_expired", _("Lease expired")
 
 
 class FailureClass(models.TextChoices):
-    TRANSIENT = "transient", "Transient"
-    DETERMINISTIC = "deterministic", "Deterministic"
-    REPEATED_ERROR = "repeated_error", "Repeated error"
-    LEASE_LOST = "lease_lost", "Lease lost"
-    SIDE_EFFECT_UNKNOWN = "side_effect_unknown", "Side effect unknown"
-    INPUT_EXPIRED = "input_expired", "Input expired"
-    DENIED = "denied", "Denied"
-    CANCELLED = "cancelled", "Cancelled"
+    TRANSIENT = "transient", _("Transient")
+    DETERMINISTIC = "deterministic", _("Deterministic")
+    REPEATED_ERROR = "repeated_error", _("Repeated error")
+    LEASE_LOST = "lease_lost", _("Lease lost")
+    SIDE_EFFECT_UNKNOWN = "side_effect_unknown", _("Side effect unknown")
+    INPUT_EXPIRED = "input_expired", _("Input expired")
+    DENIED = "denied", _("Denied")
+    CANCELLED = "cancelled", _("Cancelled")
 
 
 class RequestKind(models.TextChoices):
-    INPUT_REQUIRED = "input_required", "Input"
-    AUTH_REQUIRED = "auth_required", "Approval"
+    INPUT_REQUIRED = "input_required", _("Input")
+    AUTH_REQUIRED = "auth_required", _("Approval")
 
 
 class RequestStatus(models.TextChoices):
-    PENDING = "pending", "Pending"
-    ANSWERED = "answered", "Answered"
-    EXPIRED = "expired", "Expired"
-    CANCELLED = "cancelled", "Cancelled"
+    PENDING = "pending", _("Pending")
+    ANSWERED = "answered", _("Answered")
+    EXPIRED = "expired", _("Expired")
+    CANCELLED = "cancelled", _("Cancelled")
 
 
 S = RunStatus

@@ -4,8 +4,18 @@ from __future__ import annotations
 
 from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, include, path
+from django.utils import timezone
+from django.views.decorators.http import last_modified
+from django.views.i18n import JavaScriptCatalog
 
 from runs import views
+
+# app.js's words (djangojs catalog of locale/). A script file, not inline (CSP); the page
+# names its language in the URL, so a cached catalog never answers for another language.
+STARTED = timezone.now()
+javascript_catalog = last_modified(lambda request, **kwargs: STARTED)(
+    JavaScriptCatalog.as_view(packages=["runs"])
+)
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path(
@@ -15,6 +25,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("i18n/", include("django.conf.urls.i18n")),
+    path("jsi18n/", javascript_catalog, name="javascript-catalog"),
     path("", views.inbox, name="inbox"),
     path("inbox/count", views.inbox_count, name="inbox-count"),
     path("runs/", views.run_list, name="run-list"),

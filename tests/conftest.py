@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, User
@@ -44,6 +46,33 @@ def _require_postgres() -> None:
 @pytest.fixture
 def _require_redis() -> None:
     pytest.fail("This test needs Redis and CI=true: set REDIS_URL.")
+
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """One Chromium for the whole session: Playwright's sync API allows one per thread."""
+    if not Path(CHROMIUM).exists():
+        message = f"browser tests need Chromium at {CHROMIUM} (scripts/ensure-chromium installs it)"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield chromium
+        chromium.close()
 
 
 TEST_AGENT = "test-agent"

@@ -9,12 +9,12 @@ from runs.services.control import (
     run_resume,
     run_retry,
 )
+from runs.services.failures import attempt_fail
 from runs.services.lifecycle import (
     Heartbeat,
     Lease,
     attempt_claim,
     attempt_complete,
-    attempt_fail,
     attempt_heartbeat,
     attempt_interrupt,
     attempt_log,

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext, gettext_noop
 
 from runs.agents import agent_spec
 from runs.clock import db_now
@@ -54,11 +55,16 @@ def retry_blockers(run: Run) -> list[str]:
     """Why ``run`` may not be retried now (empty when it may); the dashboard shows these."""
     reasons: list[str] = []
     if run.status not in (RunStatus.FAILED, RunStatus.CANCELLED):
-        reasons.append(f"Only a failed or cancelled run can be retried; this one is {run.status}.")
+        reasons.append(
+            gettext("Only a failed or cancelled run can be retried; this one is %(status)s.")
+            % {"status": run.status}
+        )
     try:
         agent_spec(run.agent)
     except HoldpointError:
-        reasons.append(f"The agent {run.agent!r} is no longer registered.")
+        reasons.append(
+            gettext("The agent %(agent)r is no longer registered.") % {"agent": run.agent}
+        )
     for guard in _retry_guards:
         why = guard(run)
         if why:
@@ -233,7 +239,7 @@ def run_cancel(
         close_pending_request(
             run,
             status=RequestStatus.CANCELLED,
-            reason="Closed: run cancelled",
+            reason=gettext_noop("Closed: run cancelled"),  # stored in English, shown translated
             now=now,
             actor=actor,
         )

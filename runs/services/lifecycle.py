@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from runs.agents import RetryPolicy, agent_spec
+from runs.agents import agent_spec
 from runs.clock import db_now
 from runs.errors import HoldpointError
 from runs.events import append_event
@@ -26,8 +26,6 @@ from runs.schemas import APPROVAL_SCHEMA, MAX_DEPTH, compile_schema, depth, vali
 from runs.services._base import (
     UserLike,
     actor_for,
-    close_pending_request,
-    error_fingerprint,
     lease_seconds_or_default,
     lock_for_worker_write,
     parse_cost,
@@ -40,7 +38,6 @@ from runs.states import (
     AttemptStatus,
     FailureClass,
     RequestKind,
-    RequestStatus,
     RunStatus,
     next_status,
 )
@@ -486,229 +483,3 @@ def attempt_complete(
     append_event(run, "run.succeeded", f"worker:{attempt.worker_id}", {"attempt_id": attempt.id})
     run.save()
     return run
-
-
-_EXPLICIT_CLASSES = {
-    FailureClass.TRANSIENT,
-    FailureClass.DETERMINISTIC,
-    FailureClass.SIDE_EFFECT_UNKNOWN,
-    FailureClass.DENIED,
-}
-
-
-def classify(error_class: str | None, error_type: str, policy: RetryPolicy) -> str:
-    """The failure class: the worker's word when it gives one, else the agent's policy."""
-    if error_class:
-        if error_class not in _EXPLICIT_CLASSES:
-            raise HoldpointError(
-                "invalid_input",
-                f"error.class must be one of {', '.join(sorted(_EXPLICIT_CLASSES))}.",
-            )
-        return error_class
-    if error_type in policy.non_retryable:
-        return FailureClass.DETERMINISTIC
-    return FailureClass.TRANSIENT
-
-
-def _failures_in_a_row(run: Run, fingerprint: str) -> tuple[int, int]:
-    """Count (failures, same-fingerprint failures) back from the newest attempt.
-
-    Crashes (``lost``) and releases (``aborted``) are skipped: they are not errors.
-    Progress (an interrupted or succeeded attempt) ends the run of failures, and so
-    does a person's retry: it is where a new budget starts.
-    """
-    failures = same = 0
-    same_open = True
-    for status, reason, print_ in run.attempts.order_by("-number").values_list(
-        "status", "reason", "error_fingerprint"
-    ):
-        if status in (AttemptStatus.LOST, AttemptStatus.ABORTED, AttemptStatus.QUEUED):
-            continue
-        if status != AttemptStatus.FAILED:
-            break
-        failures += 1
-        if same_open and print_ == fingerprint:
-            same += 1
-        else:
-            same_open = False
-        if reason == AttemptReason.RETRY:
-            break
-    return failures, same
-
-
-@transaction.atomic(durable=True)
-def attempt_fail(
-    *,
-    attempt_id: str,
-    lease_epoch: int,
-    cancel_epoch: int,
-    error: dict[str, Any],
-    cost: Any = None,
-) -> Run:
-    """Record the attempt's error, classify it, then back off and retry or stop the run."""
-    if not isinstance(error, dict) or not isinstance(error.get("type"), str) or not error["type"]:
-        raise HoldpointError("invalid_input", "error needs a type (and a message).")
-    error_type = error["type"][:200]
-    message = str(error.get("message") or "")[:10_000]
-    step = str(error.get("step") or "")[:100]
-    parsed_cost = parse_cost(cost)
-    now = db_now()
-    fenced = lock_for_worker_write(
-        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch, now=now
-    )
-    run, attempt = fenced.run, fenced.attempt
-    policy = agent_spec(run.agent).retry_policy
-    failure_class = classify(error.get("class"), error_type, policy)
-    fingerprint = error_fingerprint(error_type=error_type, message=message, step=step)
-    attempt.status = AttemptStatus.FAILED
-    attempt.ended_at = now
-    attempt.lease_expires_at = None
-    attempt.error_class = failure_class
-    attempt.error_type = error_type
-    attempt.error_message = message
-    attempt.error_step = step
-    attempt.error_fingerprint = fingerprint
-    set_attempt_cost(run, attempt, parsed_cost)
-    attempt.save()
-    worker = f"worker:{attempt.worker_id}"
-    append_event(
-        run,
-        "attempt.failed",
-        worker,
-        {
-            "attempt_id": attempt.id,
-            "class": failure_class,
-            "type": error_type,
-            "message": message[:500],
-            "fingerprint": fingerprint,
-            "step": step,
-        },
-    )
-    if failure_class != FailureClass.TRANSIENT:
-        _stop(run, failure_class, f"{error_type}: {message}"[:1000], now=now, actor=worker)
-    else:
-        failures, same = _failures_in_a_row(run, fingerprint)
-        if same >= policy.repeated_error_threshold:
-            _stop(
-                run,
-                FailureClass.REPEATED_ERROR,
-                f"The same error {same} times in a row: {error_type}: {message}"[:1000],
-                now=now,
-                actor=worker,
-            )
-        elif failures >= policy.max_attempts:
-            _stop(
-                run,
-                FailureClass.TRANSIENT,
-                f"Retry budget spent ({failures} of {policy.max_attempts} attempts failed).",
-                now=now,
-                actor=worker,
-            )
-        elif policy.cost_budget is not None and run.cost >= policy.cost_budget:
-            _stop(
-                run,
-                FailureClass.TRANSIENT,
-                f"Cost budget spent ({run.cost} of {policy.cost_budget}).",
-                now=now,
-                actor=worker,
-            )
-        else:
-            delay = policy.backoff_seconds(failures)
-            not_before = now + dt.timedelta(seconds=delay)
-            run.status = next_status(run.status, "fail_retry")
-            new = queue_attempt(
-                run,
-                reason=AttemptReason.AUTO_RETRY,
-                resume_from=run.latest_checkpoint,
-                not_before=not_before,
-            )
-            append_event(
-                run,
-                "run.backing_off",
-                "system:retry",
-                {
-                    "next_attempt_id": new.id,
-                    "not_before": not_before.isoformat(),
-                    "delay_seconds": round(delay, 3),
-                    "failures_in_a_row": failures,
-                },
-            )
-    run.save()
-    return run
-
-
-def _stop(run: Run, failure_class: str, detail: str, *, now: Any, actor: str) -> None:
-    run.status = next_status(run.status, "fail_stop")
-    run.failure_class = failure_class
-    run.failure_detail = detail
-    run.finished_at = now
-    append_event(run, "run.failed", actor, {"failure_class": failure_class, "detail": detail})
-
-
-def fail_locked_for_lost_lease(run: Run, attempt: Attempt, *, now: Any) -> None:
-    """Under the run lock: the current attempt's lease ran out. Mark it lost, then
-    finish a pending cancel, or start again from the latest checkpoint (capped)."""
-    attempt.status = AttemptStatus.LOST
-    attempt.ended_at = now
-    attempt.error_class = FailureClass.LEASE_LOST
-    attempt.error_message = "The lease ran out without a heartbeat."
-    attempt.save()
-    actor = "system:sweeper"
-    append_event(
-        run,
-        "attempt.lost",
-        actor,
-        {
-            "attempt_id": attempt.id,
-            "worker_id": attempt.worker_id,
-            "lease_epoch": attempt.lease_epoch,
-        },
-    )
-    if run.status == RunStatus.CANCEL_REQUESTED:
-        _finish_cancel(run, now=now, actor=actor)
-        return
-    cap = agent_spec(run.agent).retry_policy.max_lease_losses or settings.HOLDPOINT_MAX_LEASE_LOSSES
-    lost_in_a_row = 0
-    for status in run.attempts.order_by("-number").values_list("status", flat=True):
-        if status != AttemptStatus.LOST:
-            break
-        lost_in_a_row += 1
-    if lost_in_a_row >= cap:
-        run.status = next_status(run.status, "lease_expired_stop")
-        run.failure_class = FailureClass.LEASE_LOST
-        run.failure_detail = f"The worker lost its lease {lost_in_a_row} times in a row."
-        run.finished_at = now
-        append_event(
-            run,
-            "run.failed",
-            actor,
-            {"failure_class": FailureClass.LEASE_LOST, "detail": run.failure_detail},
-        )
-        return
-    run.status = next_status(run.status, "lease_expired_retry")
-    new = queue_attempt(
-        run, reason=AttemptReason.LEASE_EXPIRED, resume_from=run.latest_checkpoint, not_before=now
-    )
-    append_event(run, "run.requeued", actor, {"next_attempt_id": new.id, "reason": "lease_expired"})
-
-
-def expire_request_locked(run: Run, request: InputRequest, *, now: Any) -> None:
-    """Under the run lock: nobody answered in time. The run fails ``input_expired``;
-    a retry from the same checkpoint asks again."""
-    close_pending_request(
-        run,
-        status=RequestStatus.EXPIRED,
-        reason="No response before it expired",
-        now=now,
-        actor="system:sweeper",
-    )
-    run.status = next_status(run.status, "expire")
-    run.failure_class = FailureClass.INPUT_EXPIRED
-    run.failure_detail = f"No response to {request.id} by {request.expires_at.isoformat()}."
-    run.finished_at = now
-    append_event(
-        run,
-        "run.failed",
-        "system:sweeper",
-        {"failure_class": FailureClass.INPUT_EXPIRED, "request_id": request.id},
-    )

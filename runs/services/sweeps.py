@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
 from runs.clock import db_now
 from runs.events import append_event, notify_work
 from runs.metrics import LEASE_EXPIRIES
 from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent
-from runs.services.lifecycle import expire_request_locked, fail_locked_for_lost_lease
+from runs.services.failures import expire_request_locked, fail_locked_for_lost_lease
 from runs.states import HOLDING, TERMINAL, AttemptStatus, RequestStatus, RunStatus, next_status
 
 
@@ -96,7 +97,7 @@ def requests_expire(*, limit: int = 100) -> int:
             if run.pending_request_id != request.id or run.status not in HOLDING:
                 # Not the run's open question any more; close it so it leaves the inbox.
                 request.status = RequestStatus.CANCELLED
-                request.closed_reason = "Closed: the run moved on"
+                request.closed_reason = gettext_noop("Closed: the run moved on")
                 request.closed_at = timezone.now()
                 request.save()
                 continue

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.utils import formats, timezone
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext_lazy, pgettext
 
 from runs.models import InputRequest, Run, RunEvent
 from runs.states import FailureClass, RequestKind, RequestStatus, RunStatus
@@ -28,7 +28,8 @@ def clock(value: dt.datetime | None, *, zone: bool = False) -> str:
         return ""
     local = timezone.localtime(value)
     today = timezone.localtime(timezone.now()).date()
-    fmt = "H:i" if local.date() == today else "M j, H:i"
+    # Date formats are translatable: Chinese reads "11月28日 14:02", not "十一月 28, 14:02".
+    fmt = "H:i" if local.date() == today else pgettext("date and time format", "M j, H:i")
     if zone:
         fmt += " T"
     return formats.date_format(local, fmt)
@@ -46,13 +47,14 @@ def span(seconds: float) -> str:
     days, rest = divmod(seconds, 86400)
     hours, rest = divmod(rest, 3600)
     minutes, secs = divmod(rest, 60)
+    # The same words as app.js's countdown (it ticks what this renders).
     if days:
-        return f"{days}d {hours}h"
+        return _("%(d)sd %(h)sh") % {"d": days, "h": hours}
     if hours:
-        return f"{hours}h {minutes}m"
+        return _("%(h)sh %(m)sm") % {"h": hours, "m": minutes}
     if minutes:
-        return f"{minutes}m {secs:02d}s"
-    return f"{secs}s"
+        return _("%(m)sm %(s)ss") % {"m": minutes, "s": f"{secs:02d}"}
+    return _("%(s)ss") % {"s": secs}
 
 
 def expires_text(expires_at: dt.datetime, now: dt.datetime | None = None) -> str:
@@ -311,7 +313,8 @@ def request_outcome_text(req: InputRequest) -> str:
             "when": clock(req.expires_at, zone=True)
         }
     if req.status == RequestStatus.CANCELLED:
-        return req.closed_reason or _("Closed: the run moved on.")
+        # The services store their reasons in English (gettext_noop); show them translated.
+        return _(req.closed_reason) if req.closed_reason else _("Closed: the run moved on.")
     if req.expires_at <= timezone.now():
         return _("This request expired at %(when)s; it can no longer be answered.") % {
             "when": clock(req.expires_at, zone=True)
@@ -458,7 +461,10 @@ def describe_event(event: RunEvent) -> str:
             return _("Approved.") if decision == "approve" else _("Denied.")
         return _("Answered.")
     if t == "request.closed":
-        return _("Question closed: %(reason)s") % {"reason": p.get("reason", "")}
+        reason = p.get("reason", "")
+        return _("Question closed: %(reason)s") % {
+            "reason": _(reason) if isinstance(reason, str) and reason else reason
+        }
     if t == "run.resumed":
         return _("Resumed in a new attempt.")
     if t == "run.cancel_requested":

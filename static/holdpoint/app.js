@@ -7,6 +7,20 @@
 
   document.documentElement.classList.add("js");
 
+  // Words come from Django's JavaScript catalog (/jsi18n/, loaded just before this file) in
+  // the page's language; without it they stay English. Named gettext so makemessages finds them.
+  var gettext =
+    typeof window.gettext === "function"
+      ? window.gettext
+      : function (text) {
+          return text;
+        };
+  function fill(text, values) {
+    return text.replace(/%\((\w+)\)s/g, function (all, name) {
+      return String(values[name]);
+    });
+  }
+
   // --- Time zone: the server renders times in the zone this cookie names. -----------------
   try {
     var zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
@@ -26,10 +40,11 @@
     var h = Math.floor((seconds % 86400) / 3600);
     var m = Math.floor((seconds % 3600) / 60);
     var s = seconds % 60;
-    if (d) return d + "d " + h + "h";
-    if (h) return h + "h " + m + "m";
-    if (m) return m + "m " + (s < 10 ? "0" : "") + s + "s";
-    return s + "s";
+    // The same words as runs.views._present.span, which rendered the first value.
+    if (d) return fill(gettext("%(d)sd %(h)sh"), { d: d, h: h });
+    if (h) return fill(gettext("%(h)sh %(m)sm"), { h: h, m: m });
+    if (m) return fill(gettext("%(m)sm %(s)ss"), { m: m, s: (s < 10 ? "0" : "") + s });
+    return fill(gettext("%(s)ss"), { s: s });
   }
 
   function expireCard(card) {
@@ -44,7 +59,7 @@
     var note = document.createElement("p");
     note.className = "flash flash-error";
     note.setAttribute("role", "alert");
-    note.textContent = form.dataset.expiredText || "This request has expired and can no longer be answered.";
+    note.textContent = form.dataset.expiredText || gettext("This request has expired and can no longer be answered.");
     form.prepend(note);
   }
 
@@ -53,9 +68,9 @@
     document.querySelectorAll("time[data-countdown]").forEach(function (el) {
       var left = (Date.parse(el.getAttribute("datetime")) - now) / 1000;
       if (left > 0) {
-        el.textContent = (el.dataset.fmtLeft || "Expires in {}").replace("{}", span(left));
+        el.textContent = (el.dataset.fmtLeft || gettext("Expires in {}")).replace("{}", span(left));
       } else {
-        el.textContent = el.dataset.fmtGone || "Expired";
+        el.textContent = el.dataset.fmtGone || gettext("Expired");
         var wrap = el.closest(".countdown");
         if (wrap) wrap.classList.add("is-expired");
         expireCard(el.closest("[data-request-card]"));
@@ -220,11 +235,11 @@
   }
   document.addEventListener("htmx:responseError", function (event) {
     var status = event.detail && event.detail.xhr ? event.detail.xhr.status : "";
-    var text = document.body.dataset.errorText || "That did not work ({}). Reload the page and try again.";
+    var text = document.body.dataset.errorText || gettext("That did not work ({}). Reload the page and try again.");
     showProblem(text.replace("{}", String(status)));
   });
   document.addEventListener("htmx:sendError", function () {
-    showProblem(document.body.dataset.offlineText || "Could not reach Holdpoint. Check the connection and try again.");
+    showProblem(document.body.dataset.offlineText || gettext("Could not reach Holdpoint. Check the connection and try again."));
   });
 
   if (document.readyState === "loading") {

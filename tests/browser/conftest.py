@@ -19,16 +19,7 @@ import pytest
 
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
-from tests.conftest import IN_CI
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-output" / "screenshots"
 ZONE = "Asia/Shanghai"
 
@@ -59,21 +50,6 @@ def live_server() -> Iterator[Any]:
     server = AsgiLiveServer().start()
     yield server
     server.stop()
-
-
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        message = f"browser tests need Chromium at {CHROMIUM} (scripts/ensure-chromium installs it)"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield chromium
-        chromium.close()
 
 
 class PageProblems:

@@ -53,6 +53,22 @@ def test_it_lists_runs_newest_first_with_counts_per_status(client: Client, viewe
     assert re.search(r'>Queued <span class="tab-count">2</span>', html)
 
 
+def test_tab_counts_stop_at_a_cap_instead_of_scanning_every_run(
+    client: Client, viewer: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runs.views import runs as runs_views
+
+    monkeypatch.setattr(runs_views, "COUNT_CAP", 2)
+    for _ in range(3):
+        start()
+    interrupted()
+    client.force_login(viewer)
+    html = client.get("/runs/").content.decode()
+    assert re.search(r'>All <span class="tab-count">2\+</span>', html)
+    assert re.search(r'>Queued <span class="tab-count">2\+</span>', html)
+    assert re.search(r'>Waiting for input <span class="tab-count">1</span>', html)
+
+
 def test_it_filters_by_agent_and_searches_by_id(client: Client, viewer: User) -> None:
     run = start()
     other = start()

@@ -15,23 +15,12 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import IN_CI
-
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 PASSWORD = "demo-pass-for-tests"
 # (agent, status) of each seeded demo run, and what it demonstrates.
 EXPECTED = {
@@ -102,21 +91,6 @@ class Server:
         assert self.process.wait(60) == 0
         self.log.close()
         return Path(self.log.name).read_text()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        message = f"needs Chromium at {CHROMIUM} (scripts/ensure-chromium installs it)"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield chromium
-        chromium.close()
 
 
 def seen_states(page: Any, base: str) -> set[tuple[str, str]]:

@@ -1,0 +1,147 @@
+"""The chaos run's invariant checks find what they are meant to find.
+
+A check that cannot fail proves nothing: each test builds a real history with the run
+services, confirms the check passes on it, then breaks the history the way a bug would
+(with raw SQL, since the services refuse to) and expects the check to name it.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from chaos import invariants
+from runs import services
+from runs.models import Run
+from tests.conftest import TEST_AGENT
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
+
+
+def _conn() -> Any:
+    connection.ensure_connection()
+    return connection.connection
+
+
+def _claimed_run() -> tuple[Run, Any]:
+    run = services.run_start(agent=TEST_AGENT, input={"n": 1})
+    lease = services.attempt_claim(worker_id="w1")
+    assert lease is not None and lease.run_id == run.id
+    services.checkpoint_save(
+        attempt_id=lease.attempt_id,
+        lease_epoch=lease.lease_epoch,
+        cancel_epoch=lease.cancel_epoch,
+        step="next",
+        state={},
+    )
+    return run, lease
+
+
+def _names(checks: list[invariants.Check]) -> dict[str, int]:
+    return {c.name: c.violations for c in checks}
+
+
+def test_it_finds_nothing_wrong_in_a_clean_history() -> None:
+    _run, lease = _claimed_run()
+    services.attempt_complete(
+        attempt_id=lease.attempt_id,
+        lease_epoch=lease.lease_epoch,
+        cancel_epoch=lease.cancel_epoch,
+        result={"ok": True},
+    )
+    checks = invariants.all_checks(_conn(), posts={}, without_key=0, log=[], samples={})
+    assert all(c.violations == 0 for c in checks), [(c.name, c.examples) for c in checks]
+    assert _names(checks)["event seq gap-free per run"] == 0
+    assert next(c for c in checks if c.name.startswith("no write accepted")).checked == 2
+
+
+def test_it_finds_a_gap_in_the_event_seq() -> None:
+    run, _ = _claimed_run()
+    assert invariants.event_seq(_conn()).violations == 0
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM runs_runevent WHERE run_id = %s AND seq = 2", [run.id])
+    check = invariants.event_seq(_conn())
+    assert check.violations == 1
+    assert run.id in check.examples[0]
+
+
+def test_it_finds_a_result_written_after_the_cancel_with_the_old_epoch() -> None:
+    run, lease = _claimed_run()
+    services.run_cancel(run_id=run.id, reason="stop")
+    after_cancel, stale = invariants.fenced_writes(_conn())
+    assert (after_cancel.violations, stale.violations) == (0, 0)
+    # What a missing fence would let through: the worker's result, after the cancel.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO runs_runevent (run_id, seq, type, actor, payload, created_at) "
+            "VALUES (%s, 99, 'run.succeeded', 'worker:w1', %s::jsonb, now())",
+            [run.id, f'{{"attempt_id": "{lease.attempt_id}"}}'],
+        )
+    after_cancel, stale = invariants.fenced_writes(_conn())
+    assert after_cancel.violations == 1
+    assert stale.violations == 1
+    assert "(1,0)" in stale.examples[0] and "in force (1,1)" in stale.examples[0]
+
+
+def test_it_finds_a_lease_epoch_that_went_down() -> None:
+    run, _ = _claimed_run()
+    assert invariants.epochs(_conn(), {run.id: [(1, 0), (2, 0)]}).violations == 0
+    check = invariants.epochs(_conn(), {run.id: [(2, 0), (1, 0)]})
+    assert check.violations == 1
+
+
+def test_it_finds_a_run_left_in_flight_and_an_orphaned_key() -> None:
+    run, _ = _claimed_run()
+    assert invariants.end_states(_conn()).violations == 1  # running
+    # Backing off until later is a waiting state; long past its time, it is stuck.
+    Run.objects.filter(pk=run.pk).update(
+        status="waiting", not_before=timezone.now() + timedelta(minutes=5)
+    )
+    assert invariants.end_states(_conn()).violations == 0
+    Run.objects.filter(pk=run.pk).update(not_before=timezone.now() - timedelta(minutes=5))
+    assert invariants.end_states(_conn()).violations == 1
+    assert invariants.idempotency_orphans(_conn()).violations == 0
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO runs_idempotencyrecord (principal, key, fingerprint, method, path, "
+            "state, owner, locked_until, response_content_type, created_at, expires_at) VALUES "
+            "('user:1', 'k', 'f', 'POST', '/x', 'in_progress', 'o', now() - interval '1 s', '', "
+            "now(), now() + interval '1 day')"
+        )
+    assert invariants.idempotency_orphans(_conn()).violations == 1
+
+
+def test_it_finds_deliveries_the_ledger_does_not_know() -> None:
+    once, in_ledger = invariants.deliveries(_conn(), {"op-unknown": [1.0]}, without_key=1)
+    assert once.violations == 0
+    assert in_ledger.violations == 2
+
+
+def test_it_finds_a_key_that_changed_state_twice() -> None:
+    run, _ = _claimed_run()
+    fresh = {"principal": "user:chaos-a", "key": "k1", "op": "cancel", "run_id": run.id}
+    log = [{**fresh, "status": 202, "replayed": False}, {**fresh, "status": 202, "replayed": True}]
+    assert invariants.control_keys(_conn(), log).violations == 0
+    log.append({**fresh, "status": 202, "replayed": False})
+    assert invariants.control_keys(_conn(), log).violations == 1
+
+
+def test_it_finds_a_state_change_nobody_was_answered_for() -> None:
+    run, _ = _claimed_run()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO runs_runevent (run_id, seq, type, actor, payload, created_at) "
+            "VALUES (%s, 98, 'run.cancel_requested', 'user:chaos-b', '{}'::jsonb, now())",
+            [run.id],
+        )
+    check = invariants.control_keys(_conn(), [])
+    assert check.violations == 1
+    assert "0 keys that may have changed it" in check.examples[0]
+    # A request that got a 5xx may have committed before its answer was lost: it counts.
+    lost = {"principal": "user:chaos-b", "key": "k2", "op": "cancel", "run_id": run.id}
+    log = [{**lost, "status": 500, "replayed": False}, {**lost, "status": 409, "replayed": False}]
+    assert invariants.control_keys(_conn(), log).violations == 0

@@ -159,6 +159,11 @@ def wait_for_request(page: Any, run_id: str, kind: str, not_id: str = "") -> Inp
 
 
 def assert_decided(request_id: str, username: str, answer: dict[str, Any] | None = None) -> None:
+    """The click's POST may still be in flight (an earlier flash can match): wait for it."""
+    deadline = time.monotonic() + 15
+    while InputRequest.objects.get(pk=request_id).status == "pending":
+        assert time.monotonic() < deadline, f"{request_id} was never decided"
+        time.sleep(0.05)
     request = InputRequest.objects.select_related("answered_by").get(pk=request_id)
     assert request.status == "answered"
     assert request.answered_by is not None and request.answered_by.username == username

@@ -13,6 +13,8 @@ finishes its step and releases its lease.
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from typing import Any
 
@@ -68,6 +70,12 @@ class Command(BaseCommand):
             pool.stop(timeout=30)
             receiver.stop()
             self.stdout.write("holdpoint: stopped; leases released.")
+        # Everything durable is committed and every lease released. Skip interpreter
+        # finalization: daemon threads (socket hub, push sender) still holding SQLite or
+        # channel-layer objects crashed it (SIGSEGV) at exit in a CI run.
+        self.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
     def _serve(self, host: str, port: int) -> None:
         from daphne.endpoints import build_endpoint_description_strings

@@ -258,6 +258,17 @@ def _is_json(content_type: str) -> bool:
     return media == "application/json" or media.endswith("+json")
 
 
+# Answers Django itself makes in HTML before or around a view: a 400 for a request it
+# finds suspicious (an empty or disallowed Host header, a malformed multipart body), a
+# 403 from its CSRF view, a 404 for no URL, a 405 from a class-based view.
+_HTML_ANSWERS = {
+    400: ("malformed_request", "The request is malformed (for example its Host header)."),
+    403: ("permission_denied", "The request was refused."),
+    404: ("not_found", "There is no such API endpoint."),
+    405: ("method_not_allowed", "{method} is not allowed here."),
+}
+
+
 class ApiBoundaryMiddleware:
     """Refuse oversized and deeply nested bodies under ``/api/`` before any work,
     and answer problems where Django would answer HTML."""
@@ -273,15 +284,10 @@ class ApiBoundaryMiddleware:
             return refused
         response = self.get_response(request)
         content_type = response.get("Content-Type", "")
-        if response.status_code in (404, 405) and not _is_json(content_type):
-            if response.status_code == 404:
-                return problem_response(
-                    "not_found", "There is no such API endpoint.", instance=request.path
-                )
+        if response.status_code in _HTML_ANSWERS and not _is_json(content_type):
+            code, detail = _HTML_ANSWERS[response.status_code]
             return problem_response(
-                "method_not_allowed",
-                f"{request.method} is not allowed here.",
-                instance=request.path,
+                code, detail.format(method=request.method), instance=request.path
             )
         return response
 

@@ -70,6 +70,15 @@ def test_it_answers_an_unknown_api_path_with_a_problem(operator) -> None:
     assert_problem(client_for(operator).get("/api/nothing-here"), 404, "not_found")
 
 
+@pytest.mark.parametrize("host", ["", "evil.example.com", "bad host"])
+def test_it_answers_a_bad_host_header_with_a_problem(operator, host: str) -> None:
+    # Django refuses these itself (DisallowedHost) before any view, in HTML unless told.
+    body = {"agent": "test-agent", "input": {}}
+    response = post(client_for(operator), "/api/runs", body, key="host", HTTP_HOST=host)
+    assert_problem(response, 400, "malformed_request")
+    assert not Run.objects.exists() and not IdempotencyRecord.objects.exists()
+
+
 def test_it_refuses_malformed_json(operator) -> None:
     response = client_for(operator).post("/api/runs", "{nope", content_type="application/json")
     assert_problem(response, 400, "malformed_request")

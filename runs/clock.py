@@ -9,9 +9,14 @@ SQLite is the single-process mode, where the process clock *is* the one clock.
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any, TypeVar, cast
 
 from django.db import connection
+from django.db.models import QuerySet
+from django.db.models.functions import Now
 from django.utils import timezone
+
+QS = TypeVar("QS", bound="QuerySet[Any]")
 
 
 def db_now() -> dt.datetime:
@@ -22,3 +27,19 @@ def db_now() -> dt.datetime:
             (value,) = cursor.fetchone()
         return value
     return timezone.now()
+
+
+def with_db_now(queryset: QS) -> QS:
+    """Read the database clock in the same statement as ``queryset`` (one round trip less).
+
+    The row comes back with ``db_now`` set; read it with ``row_now``. ``Now()`` is
+    ``STATEMENT_TIMESTAMP()`` on PostgreSQL, the same clock as ``db_now``.
+    """
+    if connection.vendor == "postgresql":
+        return cast(QS, queryset.annotate(db_now=Now()))
+    return queryset
+
+
+def row_now(row: Any) -> dt.datetime:
+    value = getattr(row, "db_now", None)
+    return value if value is not None else db_now()

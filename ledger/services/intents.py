@@ -34,7 +34,6 @@ from ledger.services._common import (
     idempotency_key_for,
 )
 from ledger.tools import ActionFailed, Tool, can_compensate, get_tool
-from runs.clock import db_now
 from runs.errors import HoldpointError
 from runs.models import Attempt, InputRequest, Run
 from runs.services._base import lock_for_worker_write
@@ -217,7 +216,7 @@ def side_effect_begin(
         planned = plan(request)
 
     fenced = lock_for_worker_write(
-        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch, now=db_now()
+        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch
     )
     run, attempt = fenced.run, fenced.attempt
     worker = f"worker:{attempt.worker_id}"

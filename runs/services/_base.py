@@ -11,6 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
+from runs.clock import row_now, with_db_now
 from runs.errors import HoldpointError
 from runs.events import append_event, notify_work
 from runs.metrics import STALE_WRITES
@@ -43,21 +44,28 @@ def lock_run(run_id: str) -> Run:
 class Fenced:
     run: Run
     attempt: Attempt
+    now: Any  # the database clock, read in the statement that took the run lock
 
 
-def lock_for_worker_write(
-    *, attempt_id: str, lease_epoch: int, cancel_epoch: int | None, now: Any
-) -> Fenced:
+def lock_for_worker_write(*, attempt_id: str, lease_epoch: int, cancel_epoch: int | None) -> Fenced:
     """Lock the run of ``attempt_id`` and apply the fence of DESIGN.md section 3.
 
     ``cancel_epoch`` is checked before ``lease_epoch``: a worker whose run was
     cancelled learns that, rather than the less useful "someone else has it".
     ``cancel_epoch=None`` fences by lease only (heartbeat, release).
+
+    One statement finds the run through the attempt (an attempt never changes run),
+    locks it and reads the clock; the attempt is read after the lock is held, so it is
+    the version the lock holder before us left behind.
     """
-    run_id = Attempt.objects.filter(pk=attempt_id).values_list("run_id", flat=True).first()
-    if run_id is None:
+    run = (
+        with_db_now(Run.objects.select_for_update(of=("self",)))
+        .filter(attempts__pk=attempt_id)
+        .first()
+    )
+    if run is None:
         raise HoldpointError("not_found", f"There is no attempt {attempt_id!r}.")
-    run = lock_run(run_id)
+    now = row_now(run)
     attempt = Attempt.objects.get(pk=attempt_id)
     if cancel_epoch is not None and run.cancel_epoch != cancel_epoch:
         STALE_WRITES.labels("stale_after_cancel").inc()
@@ -89,7 +97,7 @@ def lock_for_worker_write(
             "The lease ran out before this write; another worker may take the attempt.",
             lease_expires_at=attempt.lease_expires_at.isoformat(),
         )
-    return Fenced(run=run, attempt=attempt)
+    return Fenced(run=run, attempt=attempt, now=now)
 
 
 def queue_attempt(
@@ -156,12 +164,15 @@ def parse_cost(value: Any) -> Decimal | None:
     return cost.quantize(Decimal("0.000001"))
 
 
-def set_attempt_cost(run: Run, attempt: Attempt, cost: Decimal | None) -> None:
-    """Record the attempt's total cost so far; the run's cost is the sum over its attempts."""
+def set_attempt_cost(run: Run, attempt: Attempt, cost: Decimal | None) -> bool:
+    """Record the attempt's total cost so far; the run's cost is the sum over its attempts.
+
+    Return whether anything changed (so a caller can leave the cost columns alone)."""
     if cost is None or cost == attempt.cost:
-        return
+        return False
     run.cost = run.cost - attempt.cost + cost
     attempt.cost = cost
+    return True
 
 
 # No trailing \b: numbers glued to a unit ("after 30s", "503ms") vary between occurrences too.

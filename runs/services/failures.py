@@ -12,7 +12,6 @@ from django.db import transaction
 from django.utils.translation import gettext_noop
 
 from runs.agents import RetryPolicy, agent_spec
-from runs.clock import db_now
 from runs.errors import HoldpointError
 from runs.events import append_event
 from runs.models import Attempt, InputRequest, Run
@@ -98,11 +97,10 @@ def attempt_fail(
     message = str(error.get("message") or "")[:10_000]
     step = str(error.get("step") or "")[:100]
     parsed_cost = parse_cost(cost)
-    now = db_now()
     fenced = lock_for_worker_write(
-        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch, now=now
+        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch
     )
-    run, attempt = fenced.run, fenced.attempt
+    run, attempt, now = fenced.run, fenced.attempt, fenced.now
     policy = agent_spec(run.agent).retry_policy
     failure_class = classify(error.get("class"), error_type, policy)
     fingerprint = error_fingerprint(error_type=error_type, message=message, step=step)

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from runs.agents import agent_spec
-from runs.clock import db_now
+from runs.clock import db_now, row_now, with_db_now
 from runs.errors import HoldpointError
 from runs.events import append_event
 from runs.metrics import measured
@@ -140,6 +141,17 @@ def _lease_for(run: Run, attempt: Attempt, lease_seconds: float) -> Lease:
     )
 
 
+_CLAIMED_ATTEMPT_FIELDS = [
+    "status",
+    "worker_id",
+    "lease_epoch",
+    "cancel_epoch",
+    "lease_expires_at",
+    "last_heartbeat_at",
+    "started_at",
+]
+
+
 @transaction.atomic(durable=True)
 def attempt_claim(
     *, worker_id: str, agents: list[str] | None = None, lease_seconds: float | None = None
@@ -148,17 +160,21 @@ def attempt_claim(
     if not worker_id or len(worker_id) > 200:
         raise HoldpointError("invalid_input", "worker_id must be 1 to 200 characters.")
     seconds = lease_seconds_or_default(lease_seconds)
-    now = db_now()
     # SKIP LOCKED: concurrent claimers each take a different run instead of queueing
-    # behind one another; the partial index run_claimable_idx serves this query.
-    candidates = Run.objects.select_for_update(skip_locked=True, of=("self",)).filter(
-        status__in=[RunStatus.QUEUED, RunStatus.WAITING], not_before__lte=now
+    # behind one another; the partial index run_claimable_idx serves this query. The
+    # clock is read in the same statement: "due" and the lease's start are one instant.
+    due = Now() if connection.vendor == "postgresql" else timezone.now()
+    candidates = with_db_now(
+        Run.objects.select_for_update(skip_locked=True, of=("self",)).filter(
+            status__in=[RunStatus.QUEUED, RunStatus.WAITING], not_before__lte=due
+        )
     )
     if agents:
         candidates = candidates.filter(agent__in=agents)
     run = candidates.order_by("not_before").first()
     if run is None:
         return None
+    now = due if isinstance(due, dt.datetime) else row_now(run)
     attempt = Attempt.objects.get(pk=run.current_attempt_id)
     previous = run.status
     run.status = next_status(run.status, "claim")
@@ -171,7 +187,7 @@ def attempt_claim(
     attempt.lease_expires_at = now + dt.timedelta(seconds=seconds)
     attempt.last_heartbeat_at = now
     attempt.started_at = now
-    attempt.save()
+    attempt.save(update_fields=_CLAIMED_ATTEMPT_FIELDS)
     append_event(
         run,
         "attempt.claimed",
@@ -185,7 +201,7 @@ def attempt_claim(
             "lease_expires_at": attempt.lease_expires_at.isoformat(),
         },
     )
-    run.save()
+    run.save(update_fields=["status", "lease_epoch", "not_before", "last_event_seq", "updated_at"])
     return _lease_for(run, attempt, seconds)
 
 
@@ -197,11 +213,10 @@ def attempt_heartbeat(
     learns ``cancel_requested`` and acknowledges with ``attempt_release``."""
     seconds = lease_seconds_or_default(lease_seconds)
     parsed_cost = parse_cost(cost)
-    now = db_now()
     fenced = lock_for_worker_write(
-        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=None, now=now
+        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=None
     )
-    run, attempt = fenced.run, fenced.attempt
+    run, attempt, now = fenced.run, fenced.attempt, fenced.now
     attempt.lease_expires_at = now + dt.timedelta(seconds=seconds)
     attempt.last_heartbeat_at = now
     set_attempt_cost(run, attempt, parsed_cost)
@@ -221,11 +236,10 @@ def attempt_release(*, attempt_id: str, lease_epoch: int, reason: str) -> Run:
     attempt to another worker from the latest checkpoint at once."""
     if reason not in {"cancelled", "shutdown"}:
         raise HoldpointError("invalid_input", "reason must be 'cancelled' or 'shutdown'.")
-    now = db_now()
     fenced = lock_for_worker_write(
-        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=None, now=now
+        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=None
     )
-    run, attempt = fenced.run, fenced.attempt
+    run, attempt, now = fenced.run, fenced.attempt, fenced.now
     worker = f"worker:{attempt.worker_id}"
     attempt.status = AttemptStatus.ABORTED
     attempt.ended_at = now
@@ -279,9 +293,8 @@ def checkpoint_save(
     if not isinstance(step, str) or not step or len(step) > 100:
         raise HoldpointError("invalid_input", "step must be 1 to 100 characters.")
     parsed_cost = parse_cost(cost)
-    now = db_now()
     fenced = lock_for_worker_write(
-        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch, now=now
+        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch
     )
     run, attempt = fenced.run, fenced.attempt
     number = (run.checkpoints.order_by("-number").values_list("number", flat=True).first() or 0) + 1
@@ -289,15 +302,17 @@ def checkpoint_save(
         run=run, attempt=attempt, number=number, step=step, state=state
     )
     run.latest_checkpoint = checkpoint
-    set_attempt_cost(run, attempt, parsed_cost)
-    attempt.save(update_fields=["cost"])
+    run_fields = ["latest_checkpoint", "last_event_seq", "updated_at"]
+    if set_attempt_cost(run, attempt, parsed_cost):
+        attempt.save(update_fields=["cost"])
+        run_fields.append("cost")
     append_event(
         run,
         "checkpoint.saved",
         f"worker:{attempt.worker_id}",
         {"checkpoint_id": checkpoint.id, "number": number, "step": step, "attempt_id": attempt.id},
     )
-    run.save()
+    run.save(update_fields=run_fields)
     return checkpoint
 
 
@@ -366,11 +381,10 @@ def attempt_interrupt(
         raise HoldpointError("invalid_input", "context must be a JSON object.")
     deadline = _expires_at(expires_in, expires_at)
     parsed_cost = parse_cost(cost)
-    now = db_now()
     fenced = lock_for_worker_write(
-        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch, now=now
+        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch
     )
-    run, attempt = fenced.run, fenced.attempt
+    run, attempt, now = fenced.run, fenced.attempt, fenced.now
     if run.latest_checkpoint_id != checkpoint_id:
         raise HoldpointError(
             "stale_checkpoint",
@@ -440,9 +454,8 @@ def attempt_log(
         raise HoldpointError("invalid_input", f"level must be one of {', '.join(LOG_LEVELS)}.")
     if data is not None and (not isinstance(data, dict) or depth(data) > MAX_DEPTH):
         raise HoldpointError("invalid_input", "data must be a JSON object.")
-    now = db_now()
     fenced = lock_for_worker_write(
-        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch, now=now
+        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch
     )
     run, attempt = fenced.run, fenced.attempt
     event = append_event(
@@ -466,20 +479,29 @@ def attempt_complete(
     *, attempt_id: str, lease_epoch: int, cancel_epoch: int, result: Any, cost: Any = None
 ) -> Run:
     parsed_cost = parse_cost(cost)
-    now = db_now()
     fenced = lock_for_worker_write(
-        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch, now=now
+        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch
     )
-    run, attempt = fenced.run, fenced.attempt
+    run, attempt, now = fenced.run, fenced.attempt, fenced.now
     attempt.status = AttemptStatus.SUCCEEDED
     attempt.ended_at = now
     attempt.lease_expires_at = None
     set_attempt_cost(run, attempt, parsed_cost)
-    attempt.save()
+    attempt.save(update_fields=["status", "ended_at", "lease_expires_at", "cost"])
     run.status = next_status(run.status, "complete")
     run.result = result
     run.finished_at = now
     run.failure_class = ""
     append_event(run, "run.succeeded", f"worker:{attempt.worker_id}", {"attempt_id": attempt.id})
-    run.save()
+    run.save(
+        update_fields=[
+            "status",
+            "result",
+            "finished_at",
+            "failure_class",
+            "cost",
+            "last_event_seq",
+            "updated_at",
+        ]
+    )
     return run

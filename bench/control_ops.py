@@ -1,6 +1,8 @@
 """Control operations over real HTTP: cancel, retry and resume at 1 and 4 concurrent clients.
 
-One daphne process serves the control API on this script's own database; clients
+One daphne process serves the control API on this script's own database, configured
+as the Procfile's ``web`` line runs it (a psycopg pool of 8 connections; ``--pool 0``
+opens a connection per request instead); clients
 authenticate with a DRF token and send a fresh ``Idempotency-Key`` per operation
 (and, in the "cancel, replayed" row, the same keys again: the stored answer comes back).
 Each run is acted on once, so every request does the full work: cancel a queued run,
@@ -10,7 +12,7 @@ Baseline in the same run: raw psycopg ``UPDATE one row; COMMIT`` at the same num
 of client processes on the same database. Target: throughput >= 25 % of the baseline,
 p99 < 25 ms at 4 clients.
 
-    python -m bench.control_ops [--clients 1,4] [--requests 200] [--keep]
+    python -m bench.control_ops [--clients 1,4] [--requests 200] [--pool 8] [--keep]
 """
 
 from __future__ import annotations
@@ -108,6 +110,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--requests", type=int, default=200, help="operations per client per operation"
     )
+    parser.add_argument(
+        "--pool",
+        type=int,
+        default=8,
+        help="DATABASE_POOL_SIZE of the daphne process (default 8, as the Procfile; 0: none)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
     opts = parser.parse_args(argv)
     client_counts = parse_int_list(opts.clients)
@@ -125,8 +133,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"  prepared in {time.monotonic() - t0:.1f} s", flush=True)
 
         rows: list[list[Any]] = []
-        figures: dict[str, Any] = {"clients": {}}
-        with daphne() as server:
+        figures: dict[str, Any] = {"clients": {}, "database_pool_size": opts.pool}
+        with daphne(env={"DATABASE_POOL_SIZE": str(opts.pool)}) as server:
             args = {"base": server.base, "token": token}
             # Warm the server: imports, URL resolver, first connections.
             run_load(
@@ -221,7 +229,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 )
 
     print()
-    print("Control operations over HTTP (daphne, token auth, Idempotency-Key) vs raw UPDATE+COMMIT")
+    print(
+        "Control operations over HTTP (daphne, token auth, Idempotency-Key, "
+        f"DATABASE_POOL_SIZE={opts.pool}) vs raw UPDATE+COMMIT"
+    )
     print(
         table(
             [

@@ -74,8 +74,14 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     return value
 
 
-def parse_database_url(url: str) -> dict[str, object]:
-    """Turn ``postgres://user:pass@host:port/name?opt=v`` into a Django DATABASES entry."""
+def parse_database_url(
+    url: str, *, pool_size: int = 0, pool_timeout: float = 10.0
+) -> dict[str, object]:
+    """Turn ``postgres://user:pass@host:port/name?opt=v`` into a Django DATABASES entry.
+
+    ``pool_size`` > 0 turns on psycopg's connection pool (Django 5.1+) with that many
+    connections at most; a request waits ``pool_timeout`` seconds for one, then fails.
+    """
     parts = urlsplit(url)
     if parts.scheme not in {"postgres", "postgresql", "pgsql"}:
         raise ImproperlyConfigured(
@@ -92,6 +98,8 @@ def parse_database_url(url: str) -> dict[str, object]:
     except ValueError:
         raise ImproperlyConfigured(f"DATABASE_URL has a bad port: {url!r}.") from None
     options: dict[str, object] = dict(parse_qsl(parts.query))
+    if pool_size > 0:
+        options["pool"] = {"min_size": 1, "max_size": pool_size, "timeout": pool_timeout}
     return {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": name,

@@ -105,8 +105,19 @@ TEMPLATES = [
 
 # --- Database -------------------------------------------------------------------------------
 DATABASE_URL = env_str("DATABASE_URL")
+# Web processes: reuse connections through psycopg's pool instead of opening one per
+# request (docs/performance.md). Each thread holds its connection until Django closes it
+# at the end of a request, so leave it off (0) in worker processes, whose threads keep
+# theirs for their lifetime.
+DATABASE_POOL_SIZE = env_int("DATABASE_POOL_SIZE", 0, minimum=0)
 if DATABASE_URL:
-    DATABASES = {"default": parse_database_url(DATABASE_URL)}
+    DATABASES = {
+        "default": parse_database_url(
+            DATABASE_URL,
+            pool_size=DATABASE_POOL_SIZE,
+            pool_timeout=env_float("DATABASE_POOL_TIMEOUT", 10.0, minimum=0.1),
+        )
+    }
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {

@@ -63,6 +63,8 @@ def test_development_settings_do_not_pass_check_deploy(tmp_path: Path) -> None:
         ({"HOLDPOINT_LEASE_SECONDS": "0"}, "too small"),
         ({"HOLDPOINT_LEASE_SECONDS": "soon"}, "is not a number"),
         ({"LOG_FORMAT": "xml"}, "LOG_FORMAT='xml' must be one of"),
+        ({"DATABASE_POOL_SIZE": "-1"}, "DATABASE_POOL_SIZE=-1 is too small"),
+        ({"DATABASE_POOL_SIZE": "many"}, "DATABASE_POOL_SIZE='many' is not a whole number"),
     ],
 )
 def test_bad_values_stop_start_up_with_a_message(
@@ -72,3 +74,30 @@ def test_bad_values_stop_start_up_with_a_message(
     assert result.returncode != 0
     assert "ImproperlyConfigured" in result.stderr
     assert message in result.stderr
+
+
+# Two "requests" in a row: Django closes the connection at the end of each one. Pooled,
+# the second gets the first's server session back; unpooled, it opens a new one.
+BACKENDS = """
+from django.db import connection
+pids = []
+for _ in range(2):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pids.append(cursor.fetchone()[0])
+    connection.close()
+pool = connection.pool
+print(pool.max_size if pool else 0, len(set(pids)))
+"""
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("size", "expected"), [("3", "3 1"), ("0", "0 2")])
+def test_database_pool_size_reuses_server_sessions(
+    tmp_path: Path, size: str, expected: str
+) -> None:
+    result = manage(
+        "shell", "-c", BACKENDS, HOLDPOINT_VAR_DIR=str(tmp_path), DATABASE_POOL_SIZE=size
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-2:] == expected.split()

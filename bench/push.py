@@ -315,6 +315,7 @@ def full_path(
     cookies: list[str],
     pushes: int,
     cpu: Callable[[], float],
+    profiled: Callable[[], contextlib.AbstractContextManager[None]],
 ) -> dict[str, Any]:
     """Latencies (seconds) of each push, by what it changed; the frames that were not it;
     the web process's CPU seconds per push."""
@@ -338,18 +339,20 @@ def full_path(
     steps = worker.cycle()
     latencies: dict[str, list[float]] = {"shared": [], "per user": []}
     stray = 0
-    cpu0 = cpu()
-    for n in range(pushes):
-        kind, step = steps[n % len(steps)]
-        step(n)
-        committed = time.monotonic()  # the commit has returned; the push is on its way
-        got, arrivals, extra = out.get(timeout=120)
-        if got != n:
-            raise RuntimeError(f"the websocket clients failed: {extra}")
-        latencies[kind] += [arrived - committed for arrived in arrivals]
-        stray += extra
-        time.sleep(0.2)  # let the web process go idle between pushes
-    cpu_per_push = (cpu() - cpu0) / pushes
+    # Sampled from here on: the pushes, not the connections and their first renders.
+    with profiled():
+        cpu0 = cpu()
+        for n in range(pushes):
+            kind, step = steps[n % len(steps)]
+            step(n)
+            committed = time.monotonic()  # the commit has returned; the push is on its way
+            got, arrivals, extra = out.get(timeout=120)
+            if got != n:
+                raise RuntimeError(f"the websocket clients failed: {extra}")
+            latencies[kind] += [arrived - committed for arrived in arrivals]
+            stray += extra
+            time.sleep(0.2)  # let the web process go idle between pushes
+        cpu_per_push = (cpu() - cpu0) / pushes
     proc.join(30)
     return {"latencies": latencies, "stray": stray, "cpu_per_push": cpu_per_push}
 
@@ -387,8 +390,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         setup_django()
         cookies, answerer = people_with_sessions(opts.subscribers, roles)
         worker = Worker(answerer)
-        with daphne(env=env, log=opts.server_log) as server, py_spy(server.pid, opts.profile):
-            result = full_path(server.base, worker, cookies, opts.messages, server.cpu_seconds)
+        with daphne(env=env, log=opts.server_log) as server:
+            result = full_path(
+                server.base,
+                worker,
+                cookies,
+                opts.messages,
+                server.cpu_seconds,
+                lambda: py_spy(server.pid, opts.profile),
+            )
 
     latencies = result["latencies"]
     full = Summary.of(s * 1000 for values in latencies.values() for s in values)

@@ -13,15 +13,16 @@ missed; htmx reconnects by itself.
 
 The sockets of a process share one ``Hub``: one channel in the push group
 (``runs.broadcast``), and one render at a time for all of them. A push is rendered in
-one worker thread with one database connection: the session, user and permission of
-every socket are checked again in three queries (a signed-out user's socket closes with
+one worker thread with one database connection: the session, user and permissions of
+every socket are checked again in four queries (a signed-out user's socket closes with
 4401, one who lost ``runs.view_run`` gets nothing and is closed with 4403; htmx does not
 reconnect after either), and what a page shows every user alike (a run's status,
 attempts, timeline) is rendered once for all the sockets that show it. What depends on
-the user (the cancel and retry forms, the answer card, the inbox) is rendered for that
-socket, with a fresh CSRF token of the user's own cookie and fresh idempotency keys,
-exactly like the page, and only when it changed. Pushes arriving during a render are
-merged into the next one.
+what the user may do (the run page's cancel and retry forms and question card, the
+badge's count) is rendered once per ``Role`` (a set of permissions) and push, and only
+when it changed; each socket then fills in its own CSRF token (from its own cookie) and
+fresh idempotency keys, exactly like the page (``personalize``). The inbox is still
+rendered per socket. Pushes arriving during a render are merged into the next one.
 
 Pushes carry only ids, so each socket keeps what it last sent to tell what is new: the
 run page the last event number, the lists their rows and cards with versions. The
@@ -35,10 +36,13 @@ import asyncio
 import contextlib
 import io
 import logging
+import re
+import secrets
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import import_module
+from itertools import chain
 from typing import Any, TypeVar
 
 from channels.db import database_sync_to_async
@@ -46,11 +50,12 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
+from django.contrib.auth.models import Permission
 from django.contrib.sessions.models import Session
 from django.core.handlers.asgi import ASGIRequest
 from django.db import close_old_connections
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
-from django.middleware.csrf import CsrfViewMiddleware
+from django.middleware.csrf import CsrfViewMiddleware, get_token
 from django.template.loader import render_to_string
 from django.utils import timezone, translation
 from django.utils.crypto import constant_time_compare
@@ -60,7 +65,7 @@ from runs.metrics import OPEN_WEBSOCKETS
 from runs.models import InputRequest, Run
 from runs.selectors import VIEW, inbox_for_user, permission_for_request_kind, run_get_for_user
 from runs.states import RequestStatus
-from runs.views._common import user_timezone
+from runs.views._common import new_idempotency_key, user_timezone
 from runs.views.cards import build_card, card_version
 from runs.views.inbox import TABS, inbox_context, inbox_requests, inbox_token
 from runs.views.runs import (
@@ -133,18 +138,68 @@ class Batch:
         return value
 
 
+@dataclass(frozen=True)
+class Role:
+    """Everyone with the same permissions: what a render shared by their sockets may know.
+
+    It stands in for the user in the parts of a page that depend on what the user may do
+    (the cancel and retry forms, the question's card, the badge's count): they are
+    rendered once per role and push, not once per socket. It has permissions and nothing
+    else (no name, no id, no session), so a fragment rendered for a role cannot carry
+    anything of one person to another; what must be a person's own (the CSRF token,
+    fresh idempotency keys) is filled in per socket (``Personal``).
+    """
+
+    perms: frozenset[str]
+    superuser: bool = False
+
+    is_active = True
+    is_authenticated = True
+    is_anonymous = False
+    is_staff = False
+    pk = None
+
+    @property
+    def is_superuser(self) -> bool:
+        return self.superuser
+
+    def get_username(self) -> str:
+        return ""
+
+    def has_perm(self, perm: str, obj: Any = None) -> bool:
+        return obj is None and (self.superuser or perm in self.perms)
+
+    def has_perms(self, perm_list: Iterable[str], obj: Any = None) -> bool:
+        return all(self.has_perm(perm, obj) for perm in perm_list)
+
+    def has_module_perms(self, app_label: str) -> bool:
+        return self.superuser or any(p.startswith(app_label + ".") for p in self.perms)
+
+    def get_all_permissions(self, obj: Any = None) -> set[str]:
+        return set(self.perms) if obj is None else set()
+
+
+NOBODY = Role(frozenset())
+
+
 @dataclass
 class Viewer:
     user: Any
-    may_view: bool  # still has runs.view_run
+    role: Role
+
+    @property
+    def may_view(self) -> bool:
+        """Still has runs.view_run."""
+        return self.role.has_perm(VIEW)
 
 
 def signed_in_users(scopes: Iterable[dict[str, Any]]) -> dict[str, Viewer | None]:
-    """Who each socket's session stands for now, or None: three queries for them all.
+    """Who each socket's session stands for now, or None; and what each may do. Four
+    queries for them all, however many sockets.
 
     The same checks as ``django.contrib.auth.get_user``: a session that ended (signed out,
     expired) or whose password changed since gives no user, nor does an inactive one.
-    ``runs.view_run`` is read afresh (``with_perm``, the auth backend's own query).
+    Permissions are read afresh (``permissions_of``).
     """
     keys = {_session_key(scope) for scope in scopes} - {""}
     claims: dict[str, tuple[str, str]] = {}
@@ -154,21 +209,54 @@ def signed_in_users(scopes: Iterable[dict[str, Any]]) -> dict[str, Viewer | None
     user_model = get_user_model()
     user_ids = {user_id for user_id, _hash in claims.values()}
     users = {str(u.pk): u for u in user_model._default_manager.filter(pk__in=user_ids)}
-    viewers = {
-        str(pk)
-        for pk in user_model._default_manager.with_perm(VIEW)
-        .filter(pk__in=user_ids)
-        .values_list("pk", flat=True)
-    }
     result: dict[str, Viewer | None] = dict.fromkeys(keys)
+    signed_in: dict[str, Any] = {}
     for key, (user_id, session_hash) in claims.items():
         user = users.get(user_id)
         if user is None or not user.is_active:
             continue
         if not constant_time_compare(session_hash, user.get_session_auth_hash()):
             continue
-        result[key] = Viewer(user, user_id in viewers)
+        signed_in[key] = user
+    roles = permissions_of(list({id(u): u for u in signed_in.values()}.values()))
+    for key, user in signed_in.items():
+        result[key] = Viewer(user, roles[id(user)])
     return result
+
+
+MODEL_BACKEND = "django.contrib.auth.backends.ModelBackend"
+
+
+def permissions_of(users: list[Any]) -> dict[int, Role]:
+    """Each (active) user's role, by ``id(user)``: two queries for them all.
+
+    The same answer as ``user.get_all_permissions()`` with Django's ``ModelBackend`` (the
+    user's own permissions and their groups'; a superuser has every one), which also
+    fills each user's permission cache, so ``user.has_perm`` asks the database no more.
+    With other authentication backends each user is asked in turn.
+    """
+    if list(settings.AUTHENTICATION_BACKENDS) != [MODEL_BACKEND]:
+        return {
+            id(u): Role(frozenset(u.get_all_permissions()), bool(u.is_superuser)) for u in users
+        }
+    roles: dict[int, Role] = {}
+    ordinary = {str(u.pk): u for u in users if not u.is_superuser}
+    found: dict[str, set[str]] = {pk: set() for pk in ordinary}
+    own = Permission.objects.filter(user__in=list(ordinary)).values_list(
+        "user", "content_type__app_label", "codename"
+    )
+    via_groups = Permission.objects.filter(group__user__in=list(ordinary)).values_list(
+        "group__user", "content_type__app_label", "codename"
+    )
+    for user_pk, app_label, codename in chain(own, via_groups):
+        found[str(user_pk)].add(f"{app_label}.{codename}")
+    for key, user in ordinary.items():
+        user._perm_cache = set(found[key])
+        roles[id(user)] = Role(frozenset(found[key]))
+    for user in users:
+        if user.is_superuser:
+            roles[id(user)] = Role(frozenset(), superuser=True)
+    return roles
 
 
 def _sessions(keys: set[str]) -> Iterable[tuple[str, dict[str, Any]]]:
@@ -196,6 +284,49 @@ def live_request(scope: dict[str, Any], user: Any) -> HttpRequest:
     return request
 
 
+def role_request(request: HttpRequest, role: Role) -> HttpRequest:
+    """A request for ``role`` with nothing of the socket's person in it (no cookies, no
+    headers, no query): only its page's path. Language and time zone are the render's."""
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": request.path,
+        "root_path": getattr(request, "scope", {}).get("root_path", ""),
+        "headers": [],
+        "query_string": b"",
+    }
+    neutral = ASGIRequest(scope, io.BytesIO())
+    neutral.user = role  # type: ignore[assignment]  # it quacks like a user, on purpose
+    return neutral
+
+
+# What a role's render leaves for each socket to fill in. The mark is secret and new in
+# every process, so no text an agent sent (a prompt, a context item) can contain it.
+_MARK = f"hp{secrets.token_hex(8)}"
+_PERSONAL = re.compile(_MARK + r"-(csrf|key\d+)")
+
+
+def personal(name: str) -> str:
+    """A mark for a value that must be the socket's own: "csrf", or "key<n>" for a form's
+    idempotency key (every socket gets its own, as every page render does)."""
+    return f"{_MARK}-{name}"
+
+
+def personalize(html: str, request: HttpRequest) -> str:
+    """``html`` rendered for a role, made this socket's: the CSRF token of its own cookie
+    (freshly masked, like a page's) and fresh idempotency keys."""
+    if _MARK not in html:
+        return html
+    keys: dict[str, str] = {}
+
+    def fill(match: re.Match[str]) -> str:
+        if match[1] == "csrf":
+            return get_token(request)
+        return keys.setdefault(match[1], new_idempotency_key())
+
+    return _PERSONAL.sub(fill, html)
+
+
 def render_batch(
     sockets: list[LiveConsumer], change: Change | None, snapshots: set[LiveConsumer]
 ) -> list[tuple[LiveConsumer, Reply]]:
@@ -219,7 +350,7 @@ def render_batch(
         try:
             with translation.override(language), timezone.override(user_timezone(request)):
                 request.LANGUAGE_CODE = translation.get_language()
-                html = socket.render(request, None if first else change, batch)
+                html = socket.render(request, viewer.role, None if first else change, batch)
         except Exception:
             # One page that cannot be rendered must not keep the others waiting.
             logger.exception("live render failed for %s", socket.scope.get("path"))
@@ -408,7 +539,9 @@ class LiveConsumer(AsyncWebsocketConsumer):
         """Whether ``change`` may alter what this page shows."""
         return bool(change.request_run_ids)
 
-    def render(self, request: HttpRequest, change: Change | None, batch: Batch) -> str:
+    def render(self, request: HttpRequest, role: Role, change: Change | None, batch: Batch) -> str:
+        """What to send for ``change``: ``request`` stands for the socket's user, ``role``
+        for everyone who may do what they may do."""
         raise NotImplementedError
 
     # Shared -----------------------------------------------------------------------------
@@ -417,14 +550,20 @@ class LiveConsumer(AsyncWebsocketConsumer):
         """What the page was rendered with (its ``v``); "" when it did not say."""
         return str(self.params.get("v", ""))[:64]
 
-    def render_badge(self, request: HttpRequest, *, force: bool = False) -> str:
-        """The nav badge, when its count changed since this socket last sent it."""
-        count = inbox_for_user(user=request.user).count()
+    def render_badge(
+        self, request: HttpRequest, role: Role, batch: Batch, *, force: bool = False
+    ) -> str:
+        """The nav badge, when its count changed since this socket last sent it. The count
+        depends on what the user may answer: counted once per role."""
+        count = batch.get(("badge", role), lambda: inbox_for_user(user=role).count())
         if count == self.badge and not force:
             return ""
         self.badge = count
         request._holdpoint_inbox_count = count  # type: ignore[attr-defined]
-        return render_to_string("base.html#inbox-count", {"oob": True}, request=request)
+        return batch.get(
+            ("badge-html", count, translation.get_language()),
+            lambda: render_to_string("base.html#inbox-count", {"oob": True}, request=request),
+        )
 
 
 class BadgeConsumer(LiveConsumer):
@@ -432,10 +571,10 @@ class BadgeConsumer(LiveConsumer):
 
     requires_view = False  # signed in is enough: the badge counts 0 for who may see no runs
 
-    def render(self, request: HttpRequest, change: Change | None, batch: Batch) -> str:
+    def render(self, request: HttpRequest, role: Role, change: Change | None, batch: Batch) -> str:
         if self.badge is None and self.token().isdigit():
             self.badge = int(self.token())  # the count the page was rendered with
-        return self.render_badge(request)
+        return self.render_badge(request, role, batch)
 
 
 class RunConsumer(LiveConsumer):
@@ -461,15 +600,15 @@ class RunConsumer(LiveConsumer):
     def concerned(self, change: Change) -> bool:
         return self.run_id in change.run_ids or bool(change.request_run_ids)
 
-    def render(self, request: HttpRequest, change: Change | None, batch: Batch) -> str:
+    def render(self, request: HttpRequest, role: Role, change: Change | None, batch: Batch) -> str:
         parts = []
         if change is None or self.run_id in change.run_ids:
-            parts.append(self._render_run(request, batch, first=change is None))
+            parts.append(self._render_run(request, role, batch, first=change is None))
         if change is None or change.request_run_ids:
-            parts.append(self.render_badge(request, force=change is None))
+            parts.append(self.render_badge(request, role, batch, force=change is None))
         return "".join(parts)
 
-    def _render_run(self, request: HttpRequest, batch: Batch, *, first: bool) -> str:
+    def _render_run(self, request: HttpRequest, role: Role, batch: Batch, *, first: bool) -> str:
         run = batch.get(("run", self.run_id), lambda: Run.objects.filter(pk=self.run_id).first())
         if run is None:
             return ""
@@ -485,14 +624,23 @@ class RunConsumer(LiveConsumer):
             return ""
         language, zone = translation.get_language(), timezone.get_current_timezone_name()
         shared = batch.get(("shared-context", run.id), lambda: run_shared_context(run))
+        # What everyone sees alike is rendered as nobody in particular: a role without
+        # permissions, with no cookie, so it cannot differ from one socket to another.
         html = batch.get(
             ("shared", run.id, language, zone),
-            lambda: render_to_string("runs/run_detail.html#run-live-shared", shared, request),
+            lambda: render_to_string(
+                "runs/run_detail.html#run-live-shared",
+                shared,
+                role_request(request, NOBODY),
+            ),
         )
-        parts = [html]
+        parts: list[str] = [html]
         if first or controls != self.controls:
-            context = run_context(request, run, shared=shared, retry_blockers=blockers)
-            parts.append(render_to_string("runs/run_detail.html#run-live-user", context, request))
+            for_role = batch.get(
+                ("user", run.id, role, language, zone),
+                lambda: _render_run_for_role(request, role, run, shared, blockers),
+            )
+            parts.append(personalize(for_role, request))
             self.controls = controls
         ledger_moved = known is not None and batch.get(
             ("ledger", run.id, known),
@@ -508,6 +656,21 @@ class RunConsumer(LiveConsumer):
         return "".join(parts)
 
 
+def _render_run_for_role(
+    request: HttpRequest, role: Role, run: Run, shared: dict[str, Any], blockers: list[str]
+) -> str:
+    """The run page's controls and question card as ``role`` sees them, with marks where
+    each socket puts its own CSRF token and idempotency keys (``personalize``)."""
+    neutral = role_request(request, role)
+    context = run_context(neutral, run, shared=shared, retry_blockers=blockers)
+    context["csrf_token"] = personal("csrf")
+    context["cancel_key"], context["retry_key"] = personal("key0"), personal("key1")
+    for n, name in enumerate(("pending_card", "last_card"), start=2):
+        if context[name] is not None:
+            context[name].key = personal(f"key{n}")
+    return render_to_string("runs/run_detail.html#run-live-user", context, neutral)
+
+
 class InboxConsumer(LiveConsumer):
     """The inbox: cards come and go as requests are asked and answered; a card that
     expires or closes stays, read-only, saying so; one answered by someone else leaves."""
@@ -520,7 +683,7 @@ class InboxConsumer(LiveConsumer):
         tab = str(self.params.get("tab", "needs"))
         return tab if tab in dict(TABS) else "needs"
 
-    def render(self, request: HttpRequest, change: Change | None, batch: Batch) -> str:
+    def render(self, request: HttpRequest, role: Role, change: Change | None, batch: Batch) -> str:
         user = request.user
         requests = inbox_requests(user, self.tab, keep=self._keep(user))
         ids = [r.id for r in requests]
@@ -531,11 +694,11 @@ class InboxConsumer(LiveConsumer):
         if self.shown is None:
             # First render: the page's token says whether it already shows exactly this.
             if inbox_token(versions.items()) != self.token():
-                return self._render_list(request, requests)
+                return self._render_list(request, role, batch, requests)
             self.shown, self.versions = ids, versions
-            return self._counts(request, force=True)
+            return self._counts(request, role, batch, force=True)
         if ids != self.shown:
-            return self._render_list(request, requests)
+            return self._render_list(request, role, batch, requests)
         html: list[str] = [
             render_to_string(
                 "runs/inbox.html#request-card",
@@ -546,7 +709,7 @@ class InboxConsumer(LiveConsumer):
             if versions[r.id] != self.versions.get(r.id)
         ]
         self.versions = versions
-        html.append(self._counts(request))
+        html.append(self._counts(request, role, batch))
         return "".join(html)
 
     def _keep(self, user: Any) -> list[str]:
@@ -563,16 +726,20 @@ class InboxConsumer(LiveConsumer):
             if status != RequestStatus.ANSWERED or answered_by == user.pk
         ]
 
-    def _render_list(self, request: HttpRequest, requests: list[InputRequest]) -> str:
+    def _render_list(
+        self, request: HttpRequest, role: Role, batch: Batch, requests: list[InputRequest]
+    ) -> str:
         context = inbox_context(request.user, self.tab, requests=requests)
         context["oob"] = True
         self.versions = {card.req.id: card.version for card in context["cards"]}
         self.shown = list(self.versions)
         html = render_to_string("runs/inbox.html#inbox-list", context, request=request)
-        return html + self._counts(request, force=True)
+        return html + self._counts(request, role, batch, force=True)
 
-    def _counts(self, request: HttpRequest, *, force: bool = False) -> str:
-        badge = self.render_badge(request, force=force)
+    def _counts(
+        self, request: HttpRequest, role: Role, batch: Batch, *, force: bool = False
+    ) -> str:
+        badge = self.render_badge(request, role, batch, force=force)
         if not badge:
             return ""
         tab_count = render_to_string("runs/inbox.html#inbox-tab-count", {"oob": True}, request)
@@ -589,7 +756,7 @@ class RunListConsumer(LiveConsumer):
     def concerned(self, change: Change) -> bool:
         return bool(change.run_ids)
 
-    def render(self, request: HttpRequest, change: Change | None, batch: Batch) -> str:
+    def render(self, request: HttpRequest, role: Role, change: Change | None, batch: Batch) -> str:
         query = self.scope.get("query_string", b"")
         zone = timezone.get_current_timezone_name()
         key = ("runs", query, translation.get_language(), zone)
@@ -598,7 +765,7 @@ class RunListConsumer(LiveConsumer):
         token = context["live_token"]
         badge = ""
         if change is None or change.request_run_ids:
-            badge = self.render_badge(request, force=change is None)
+            badge = self.render_badge(request, role, batch, force=change is None)
         if self.shown is None and token == self.token():
             self.shown, self.token_seen = ids, token
             return badge

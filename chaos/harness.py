@@ -28,6 +28,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -68,7 +69,9 @@ def demo_input(agent: str, hook_base: str, rng: random.Random) -> dict[str, Any]
             value.update(slow="analytics", slow_seconds=3)
         return value
     if agent == "auth-token-migration":
-        return {"notify": "owners@example.com"}
+        # A few runs share each document: some writes race, and a write makes the other
+        # runs' pending approvals about that document out of date.
+        return {"notify": "owners@example.com", "document": f"chaos/auth-{rng.randrange(25)}.json"}
     return None
 
 
@@ -381,10 +384,14 @@ def _control_loop(ctl: Controller, stop: threading.Event, rng: random.Random) ->
 def _answer_one(ctl: Controller, rng: random.Random) -> None:
     from runs.models import InputRequest
 
+    pending_requests = InputRequest.objects.filter(status="pending")
+    if rng.random() < 0.6:
+        # Approvals first, more often than not: they lead straight to side effects.
+        pending_requests = pending_requests.order_by("kind")  # auth_required < input_required
     pending = list(
-        InputRequest.objects.filter(status="pending").values_list(
-            "run_id", "id", "checkpoint_id", "kind", "accepted_schema"
-        )[:100]
+        pending_requests.values_list("run_id", "id", "checkpoint_id", "kind", "accepted_schema")[
+            :100
+        ]
     )
     if not pending:
         return
@@ -396,6 +403,19 @@ def _answer_one(ctl: Controller, rng: random.Random) -> None:
     else:
         value = value_for(schema, "answer", "", rng)
     ctl.answer_twice(run_id, request_id, checkpoint_id, value)
+
+
+def _answer_loop(ctl: Controller, stop: threading.Event, rng: random.Random) -> None:
+    from django.db import close_old_connections
+
+    while not stop.is_set():
+        close_old_connections()
+        try:
+            _answer_one(ctl, rng)
+        except Exception as exc:
+            log(f"answer loop: {type(exc).__name__}: {exc}"[:200])
+            time.sleep(0.5)
+        stop.wait(rng.uniform(0.02, 0.1))
 
 
 def _sampler(
@@ -469,6 +489,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--settle", type=float, help="at most this many seconds of settling (long 300, short 150)"
     )
+    parser.add_argument(
+        "--answering",
+        type=float,
+        help="seconds the people go on answering after the faults (long 60, short 30)",
+    )
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--no-pg-restart", action="store_true")
     parser.add_argument("--result", type=Path, help="where to write the JSON result")
@@ -483,6 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     workers_n = opts.workers or (3 if opts.short else 4)
     kills_target = opts.kills or (15 if opts.short else 60)
     settle = opts.settle or (150.0 if opts.short else 300.0)
+    answering = opts.answering if opts.answering is not None else (30.0 if opts.short else 60.0)
     rng = random.Random(opts.seed)
     started = time.monotonic()
 
@@ -504,6 +530,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cluster.start()
         logdir.mkdir(parents=True, exist_ok=True)
+        # The outside world of this run only: a reused CHAOS_LOG_DIR starts empty.
+        config_root, mail_dir = logdir / "config-store", logdir / "mail"
+        for directory in (config_root, mail_dir):
+            shutil.rmtree(directory, ignore_errors=True)
         log(f"private PostgreSQL on port {cluster.port} ({cluster.root})")
         hook_port = free_port()
         hook_server, book = receiver.start(hook_port)
@@ -516,8 +546,10 @@ def main(argv: list[str] | None = None) -> int:
             "HOLDPOINT_WEBHOOK_TIMEOUT_SECONDS": "2",
             "HOLDPOINT_IDEMPOTENCY_IN_PROGRESS_SECONDS": "5",
             "HOLDPOINT_LEASE_SECONDS": str(opts.lease_seconds),
-            "HOLDPOINT_CONFIG_STORE_DIR": str(logdir / "config-store"),
-            "EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend",
+            "HOLDPOINT_CONFIG_STORE_DIR": str(config_root),
+            # Every message on disk, to count against the ledger afterwards.
+            "EMAIL_BACKEND": "django.core.mail.backends.filebased.EmailBackend",
+            "EMAIL_FILE_PATH": str(mail_dir),
             "LOG_LEVEL": "WARNING",
         }
         os.environ.update({k: env[k] for k in env if k.startswith(("DATABASE_URL", "HOLDPOINT_"))})
@@ -608,8 +640,25 @@ def main(argv: list[str] | None = None) -> int:
             t.join(30)
         workers.thaw_all()
         log(
-            f"faults over: {kills} SIGKILL, {freezes} SIGSTOP/SIGCONT; settling (<= {settle:.0f} s)"
+            f"faults over: {kills} SIGKILL, {freezes} SIGSTOP/SIGCONT; the people answer "
+            f"for {answering:.0f} s more, then settling (<= {settle:.0f} s)"
         )
+        # The people keep answering (each question twice, from both) for a while after the
+        # faults, so that runs go on past their hold points to the writes and e-mails that
+        # follow them; then they stop, and nothing outside the workers moves the runs.
+        answers_stop = threading.Event()
+        answerer = threading.Thread(
+            target=_answer_loop,
+            args=(ctl, answers_stop, random.Random(opts.seed + 99)),
+            daemon=True,
+        )
+        answerer.start()
+        answers_end = time.monotonic() + answering
+        while time.monotonic() < answers_end:
+            workers.supervise()
+            time.sleep(0.5)
+        answers_stop.set()
+        answerer.join(30)
 
         # Settle: wait while the runs make progress. Stop when all are final or waiting,
         # when nothing moved for 20 s (stuck: the check will say which runs), or at the cap.
@@ -641,6 +690,8 @@ def main(argv: list[str] | None = None) -> int:
                 without_key=book.without_key,
                 log=ctl.log,
                 samples=samples,
+                config_root=config_root,
+                mail_dir=mail_dir,
             )
             counts = dict(
                 conn.execute("SELECT status, count(*) FROM runs_run GROUP BY status").fetchall()
@@ -676,6 +727,11 @@ def main(argv: list[str] | None = None) -> int:
                     ["webhook POSTs received", sum(len(v) for v in book.posts.values())],
                     ["distinct webhook keys", len(book.posts)],
                     ["keys POSTed more than once", sum(len(v) > 1 for v in book.posts.values())],
+                    [
+                        "config-store versions written",
+                        len(invariants.config_store_keys(config_root)),
+                    ],
+                    ["e-mails sent", len(invariants.mailed_keys(mail_dir)[0])],
                     ["attempts lost (lease ran out)", stale],
                 ],
             )

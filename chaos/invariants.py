@@ -6,10 +6,12 @@ few examples. The harness prints them all and exits non-zero on any violation.
 
 from __future__ import annotations
 
+import email
 import itertools
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 # Worker writes that are fenced by (lease_epoch, cancel_epoch): intentions, never facts.
@@ -205,6 +207,66 @@ def deliveries(conn: Any, posts: dict[str, list[float]], without_key: int) -> li
     return [once, in_ledger]
 
 
+# Django's file mail backend appends each message to the connection's file, then this line.
+_MAIL_SEPARATOR = b"\n" + b"-" * 79 + b"\n"
+
+
+def config_store_keys(root: Path) -> list[str]:
+    """The idempotency key of every version the config store holds (one per write)."""
+    keys = []
+    for path in sorted((root / "docs").glob("**/@v/*.json")):
+        keys.append(json.loads(path.read_text(encoding="utf-8"))["idempotency_key"])
+    return keys
+
+
+def mailed_keys(directory: Path) -> tuple[list[str], int]:
+    """The ``X-Idempotency-Key`` of every message the file mail backend wrote, and how
+    many messages had none."""
+    keys, without = [], 0
+    for path in sorted(directory.glob("*.log")) if directory.is_dir() else []:
+        for chunk in path.read_bytes().split(_MAIL_SEPARATOR):
+            if not chunk.strip():
+                continue
+            key = email.message_from_bytes(chunk).get("X-Idempotency-Key")
+            if key:
+                keys.append(str(key))
+            else:
+                without += 1
+    return keys, without
+
+
+def outside_effects(conn: Any, *, config_root: Path, mail_dir: Path) -> list[Check]:
+    """The config store's versions and the mails sent, against the ledger.
+
+    Neither is an idempotent API like the webhook receiver: the config store dedupes by
+    key itself (``find`` before ``write``), a mail server does not at all. So here "at
+    most once" is strict: one version, one message per key.
+    """
+    once = Check("every config-store write and every e-mail happened at most once per key")
+    in_ledger = Check("every config-store write and every e-mail is in the ledger")
+    ledger: set[str] = set()
+    for key, compensation_key in _rows(
+        conn, "SELECT idempotency_key, compensation_idempotency_key FROM ledger_sideeffect"
+    ):
+        ledger.add(key)
+        if compensation_key:
+            ledger.add(compensation_key)
+    mail, without = mailed_keys(mail_dir)
+    for kind, keys in (("config-store version", config_store_keys(config_root)), ("e-mail", mail)):
+        counts = Counter(keys)
+        once.checked += len(counts)
+        in_ledger.checked += len(counts)
+        for key, count in counts.items():
+            if count > 1:
+                once.bad(f"{kind}: key {key!r} took effect {count} times")
+            if key not in ledger:
+                in_ledger.bad(f"{kind}: key {key!r} has no side effect in the ledger")
+    in_ledger.checked += without
+    for _ in range(without):
+        in_ledger.bad("an e-mail without an X-Idempotency-Key")
+    return [once, in_ledger]
+
+
 def control_keys(conn: Any, log: list[dict[str, Any]]) -> Check:
     """Each control request with one key changed state at most once.
 
@@ -271,6 +333,8 @@ def all_checks(
     without_key: int,
     log: list[dict[str, Any]],
     samples: dict[str, list[tuple[int, int]]],
+    config_root: Path,
+    mail_dir: Path,
 ) -> list[Check]:
     after_cancel, stale = fenced_writes(conn)
     return [
@@ -280,6 +344,7 @@ def all_checks(
         after_cancel,
         stale,
         *deliveries(conn, posts, without_key),
+        *outside_effects(conn, config_root=config_root, mail_dir=mail_dir),
         end_states(conn),
         idempotency_orphans(conn),
         control_keys(conn, log),

@@ -291,6 +291,8 @@ HOLDPOINT_METRICS_TOKEN = env_str("HOLDPOINT_METRICS_TOKEN")
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "holdpoint@localhost")
+# For EMAIL_BACKEND=django.core.mail.backends.filebased.EmailBackend: one file per connection.
+EMAIL_FILE_PATH = env_str("EMAIL_FILE_PATH", str(VAR_DIR / "mail"))
 # SMTP, for EMAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend in production.
 EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
 EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)

@@ -8,6 +8,7 @@ services, confirms the check passes on it, then breaks the history the way a bug
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -53,7 +54,15 @@ def test_it_finds_nothing_wrong_in_a_clean_history() -> None:
         cancel_epoch=lease.cancel_epoch,
         result={"ok": True},
     )
-    checks = invariants.all_checks(_conn(), posts={}, without_key=0, log=[], samples={})
+    checks = invariants.all_checks(
+        _conn(),
+        posts={},
+        without_key=0,
+        log=[],
+        samples={},
+        config_root=Path("/nonexistent"),
+        mail_dir=Path("/nonexistent"),
+    )
     assert all(c.violations == 0 for c in checks), [(c.name, c.examples) for c in checks]
     assert _names(checks)["event seq gap-free per run"] == 0
     assert next(c for c in checks if c.name.startswith("no write accepted")).checked == 2
@@ -145,3 +154,49 @@ def test_it_finds_a_state_change_nobody_was_answered_for() -> None:
     lost = {"principal": "user:chaos-b", "key": "k2", "op": "cancel", "run_id": run.id}
     log = [{**lost, "status": 500, "replayed": False}, {**lost, "status": 409, "replayed": False}]
     assert invariants.control_keys(_conn(), log).violations == 0
+
+
+def test_it_counts_config_store_writes_and_mails_against_the_ledger(tmp_path) -> None:
+    from django.test import override_settings
+
+    from ledger import services as ledger
+    from ledger.tools.config_store import ConfigStore
+    from ledger.tools.mail import EmailTool
+
+    _run, lease = _claimed_run()
+    begun = ledger.side_effect_begin(
+        attempt_id=lease.attempt_id,
+        lease_epoch=lease.lease_epoch,
+        cancel_epoch=lease.cancel_epoch,
+        step_id="write",
+        tool="config_store",
+        target="auth/config.json",
+        request={"document": "auth/config.json", "content": {"v": 1}},
+    )
+    root, mail_dir = tmp_path / "store", tmp_path / "mail"
+    store = ConfigStore(root)
+    store.write("auth/config.json", {"v": 1}, idempotency_key=begun.idempotency_key)
+    message = {"to": "ops@example.com", "subject": "done", "body": "."}
+    with override_settings(
+        EMAIL_BACKEND="django.core.mail.backends.filebased.EmailBackend",
+        EMAIL_FILE_PATH=str(mail_dir),
+    ):
+        EmailTool().execute(message, begun.idempotency_key)
+
+    def check() -> tuple[invariants.Check, invariants.Check]:
+        once, in_ledger = invariants.outside_effects(_conn(), config_root=root, mail_dir=mail_dir)
+        return once, in_ledger
+
+    once, in_ledger = check()
+    assert (once.checked, once.violations, in_ledger.violations) == (2, 0, 0)
+
+    # A write nobody recorded, and a mail sent twice with one key.
+    store.write("auth/other.json", {"v": 2}, idempotency_key="stray-key")
+    with override_settings(
+        EMAIL_BACKEND="django.core.mail.backends.filebased.EmailBackend",
+        EMAIL_FILE_PATH=str(mail_dir),
+    ):
+        EmailTool().execute(message, begun.idempotency_key)
+    once, in_ledger = check()
+    assert once.violations == 1 and "e-mail" in once.examples[0]
+    assert in_ledger.violations == 1 and "stray-key" in in_ledger.examples[0]

@@ -136,9 +136,12 @@ def test_it_delivers_one_message_per_commit_through_the_channel_layer() -> None:
         await db(lambda: services.run_cancel(run_id=target.id, reason="stop"))()
         received = [await asyncio.wait_for(layer.receive(channel), 5)]
         with contextlib.suppress(TimeoutError):
-            received.append(await asyncio.wait_for(layer.receive(channel), 0.5))
+            while True:
+                received.append(await asyncio.wait_for(layer.receive(channel), 0.5))
         await layer.group_discard(broadcast.GROUP, channel)
-        return received
+        # Only this test's: a Redis shared with another Holdpoint (make run, a chaos run)
+        # carries their pushes in the same group.
+        return [m for m in received if target.id in m["run_ids"]]
 
     [message] = run(scenario)
     assert message["type"] == broadcast.MESSAGE_TYPE

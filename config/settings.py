@@ -80,6 +80,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Keep last: the chain runs in one thread under ASGI (see the class).
+    "config.middleware.SyncChainMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"

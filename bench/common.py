@@ -198,13 +198,15 @@ class Server:
 
 @contextlib.contextmanager
 def daphne(*, env: dict[str, str] | None = None, log: Path | None = None) -> Iterator[Server]:
-    """Run one daphne process on a free port against this process's DATABASE_URL."""
+    """Run one daphne process on a free port against this process's DATABASE_URL, the way
+    the Procfile's ``web`` line does (a pool of 8 database connections unless ``env``
+    says otherwise)."""
     port = free_port()
     out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
     proc = subprocess.Popen(
         [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
         cwd=ROOT,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, "DATABASE_POOL_SIZE": "8", **(env or {})},
         stdout=out,
         stderr=subprocess.STDOUT,
     )

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from tests.live.server import wait_until_no_loop_receives
+
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 
@@ -96,6 +98,9 @@ def new_page(browser: Any, live_server: Any) -> Iterator[Any]:
     yield make
     for context in contexts:
         context.close()
+    # The live server lets go of the pages' sockets before the next test (a live test's
+    # scenario cannot receive on the channel layer while the server's loop does).
+    wait_until_no_loop_receives()
     assert problems.errors == [], "the browser reported problems"
 
 

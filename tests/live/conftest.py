@@ -20,6 +20,7 @@ from django.db import connections
 from django.test import Client
 
 from config.asgi import application
+from tests.live.server import wait_until_no_loop_receives
 
 T = TypeVar("T")
 HOST = "localhost"
@@ -100,3 +101,8 @@ def _pushes_sent() -> Iterator[None]:
     from runs import broadcast
 
     broadcast.drain(2.0)
+
+
+@pytest.fixture(autouse=True)
+def _layer_free_of_other_loops() -> None:
+    wait_until_no_loop_receives()

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from typing import Any
 
+from channels.layers import get_channel_layer
 from django.test.utils import modify_settings
 
 HOST = "127.0.0.1"
@@ -83,3 +85,17 @@ class AsgiLiveServer:
         if self._thread is not None and self._thread.is_alive():
             reactor.callFromThread(reactor.stop)  # type: ignore[attr-defined]
             self._thread.join(15)
+
+
+def wait_until_no_loop_receives(seconds: float = 10.0) -> None:
+    """Wait until no event loop receives on this process's channel layer.
+
+    channels_redis lets one event loop at a time receive on a layer, and a scenario
+    (``run``) has a loop of its own. The browser tests' live server (one per session, in
+    a thread) receives while a page has a socket open; the sockets of a closed page are
+    torn down there a moment later, and one that was reconnecting may open just before.
+    """
+    layer = get_channel_layer()
+    deadline = time.monotonic() + seconds
+    while getattr(layer, "receive_count", 0) and time.monotonic() < deadline:
+        time.sleep(0.05)

@@ -231,6 +231,14 @@ class InputRequest(models.Model):
                 condition=Q(status=RequestStatus.PENDING),
             ),
             models.Index(fields=["status", "-answered_at"], name="request_status_answered_idx"),
+            # Serves the inbox badge and tab count: SELECT COUNT(*) … WHERE status = 'pending'
+            # AND kind IN (…), an index-only scan that grows with the pending requests, not
+            # with every request ever asked (a sequential scan of the table without it).
+            models.Index(
+                fields=["kind"],
+                name="request_pending_kind_idx",
+                condition=Q(status=RequestStatus.PENDING),
+            ),
         ]
 
     def __str__(self) -> str:

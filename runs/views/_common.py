@@ -9,6 +9,9 @@ with the same key and body gets the recorded outcome back instead of acting agai
 
 from __future__ import annotations
 
+import base64
+import binascii
+import datetime as dt
 import functools
 import json
 import secrets
@@ -25,6 +28,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django_htmx.http import HttpResponseClientRedirect
@@ -236,3 +240,27 @@ def add_message(request: HttpRequest, outcome: Outcome, success: str, failure: s
         messages.success(request, success)
     else:
         messages.error(request, failure)
+
+
+def encode_cursor(when: dt.datetime, pk: str) -> str:
+    """A list's cursor: the sort key of the last row shown, which the next page starts after."""
+    raw = f"{when.isoformat()}|{pk}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(value: str) -> tuple[dt.datetime, str] | None:
+    """The (time, id) a page starts after, or None for a missing or garbled cursor."""
+    if not value or len(value) > 200:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return None
+    when_text, _sep, pk = raw.partition("|")
+    try:
+        when = parse_datetime(when_text)
+    except ValueError:
+        return None
+    if when is None or not pk:
+        return None
+    return when, pk

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
@@ -29,6 +31,8 @@ from runs.views._common import (
     HtmxHttpRequest,
     Outcome,
     dashboard_view,
+    decode_cursor,
+    encode_cursor,
     form_key,
     perform_once,
     redirect_after_post,
@@ -44,32 +48,70 @@ TABS = [
     ("answered", gettext_lazy("Answered")),
     ("expired", gettext_lazy("Expired")),
 ]
-PAGE = 100
+# Cards per page. Each card is a form, and rendering them was most of the page's time
+# (bench/growth.py: ~100-250 ms for 100 cards); the rest come with "Show more".
+PAGE = 25
 
 
-def _tab_requests(user: Any, tab: str) -> QuerySet[InputRequest]:
-    if tab == "needs":
-        return inbox_for_user(user=user, mine_only=True)
-    if tab == "all":
-        return inbox_for_user(user=user, mine_only=False)
+def _tab_requests(
+    user: Any, tab: str, cursor: tuple[dt.datetime, str] | None = None
+) -> QuerySet[InputRequest]:
+    """The tab's requests in its order, after ``cursor`` (the sort key of a card shown last)."""
+    if tab in ("needs", "all"):
+        requests = inbox_for_user(user=user, mine_only=tab == "needs")
+        if cursor is not None:
+            # The range on expires_at alone lets the scan of request_pending_expiry_idx start
+            # at the cursor and stay in order; the OR only breaks ties.
+            when, after_id = cursor
+            requests = requests.filter(expires_at__gte=when).filter(
+                Q(expires_at__gt=when) | Q(id__gt=after_id)
+            )
+        return requests
     if not user.has_perm(VIEW):
         return InputRequest.objects.none()
     closed = InputRequest.objects.select_related("run", "answered_by")
     if tab == "answered":
-        return closed.filter(status=RequestStatus.ANSWERED).order_by("-answered_at", "-id")
-    return closed.filter(status__in=[RequestStatus.EXPIRED, RequestStatus.CANCELLED]).order_by(
+        closed = closed.filter(status=RequestStatus.ANSWERED).order_by("-answered_at", "-id")
+        if cursor is not None:
+            when, after_id = cursor
+            closed = closed.filter(answered_at__lte=when).filter(
+                Q(answered_at__lt=when) | Q(id__lt=after_id)
+            )
+        return closed
+    closed = closed.filter(status__in=[RequestStatus.EXPIRED, RequestStatus.CANCELLED]).order_by(
         "-closed_at", "-id"
     )
+    if cursor is not None:
+        when, after_id = cursor
+        closed = closed.filter(closed_at__lte=when).filter(
+            Q(closed_at__lt=when) | Q(id__lt=after_id)
+        )
+    return closed
 
 
-def inbox_requests(user: Any, tab: str, *, keep: Iterable[str] = ()) -> list[InputRequest]:
-    """The requests the inbox lists on ``tab``, in its order.
+def _sort_key(req: InputRequest, tab: str) -> dt.datetime | None:
+    """What ``tab`` orders by (and so what its cursor holds)."""
+    if tab == "answered":
+        return req.answered_at
+    if tab == "expired":
+        return req.closed_at
+    return req.expires_at
+
+
+def inbox_requests(
+    user: Any,
+    tab: str,
+    *,
+    keep: Iterable[str] = (),
+    cursor: tuple[dt.datetime, str] | None = None,
+) -> list[InputRequest]:
+    """The requests the inbox lists on ``tab``, in its order: a page of them.
 
     ``keep``: requests a live page already shows that have left the list since (expired,
     closed, or answered by this user); they stay in their place, read-only, so a person
     sees what became of them (``runs.consumers``).
     """
-    requests = list(_tab_requests(user, tab)[:PAGE])
+    requests = list(_tab_requests(user, tab, cursor)[:PAGE])
     listed = {r.id for r in requests}
     extra = [k for k in keep if k not in listed]
     if extra:
@@ -78,19 +120,38 @@ def inbox_requests(user: Any, tab: str, *, keep: Iterable[str] = ()) -> list[Inp
     return requests
 
 
+def _last_listed(tab: str, requests: list[InputRequest]) -> InputRequest | None:
+    """The last request of a full page (its cursor opens the next), or None when the page
+    is not full. On the pending tabs the kept requests (closed by now) do not count.
+
+    A full page always offers "Show more", even when nothing follows (which the next page
+    then says): the live socket re-renders the list only when the page's own requests
+    change, so a page that knew of one more would miss the one that arrives past it.
+    """
+    if tab in ("needs", "all"):
+        listed = [r for r in requests if r.status == RequestStatus.PENDING]
+    else:
+        listed = requests
+    return listed[-1] if len(listed) >= PAGE else None
+
+
 def inbox_context(
     user: Any,
     tab: str,
     *,
     replace: RequestCard | None = None,
     requests: list[InputRequest] | None = None,
+    cursor: tuple[dt.datetime, str] | None = None,
 ) -> dict[str, Any]:
     """The inbox page's context (the page and its live socket share it).
 
     ``replace`` puts a card already built (a form with its errors) in its request's place.
+    ``cursor``: the page after the card with that sort key (a live socket shows the first).
     """
+    if requests is None:
+        requests = inbox_requests(user, tab, cursor=cursor)
     cards = []
-    for req in inbox_requests(user, tab) if requests is None else requests:
+    for req in requests:
         if replace is not None and req.id == replace.req.id:
             cards.append(replace)
         else:
@@ -98,7 +159,19 @@ def inbox_context(
     if replace is not None and all(c.req.id != replace.req.id for c in cards):
         cards.insert(0, replace)
     token = inbox_token((card.req.id, card.version) for card in cards)
-    return {"tab": tab, "tabs": TABS, "cards": cards, "live_token": token}
+    next_url = ""
+    last = _last_listed(tab, requests)
+    when = _sort_key(last, tab) if last is not None else None
+    if last is not None and when is not None:
+        next_url = "?" + urlencode({"tab": tab, "cursor": encode_cursor(when, last.id)})
+    return {
+        "tab": tab,
+        "tabs": TABS,
+        "cards": cards,
+        "live_token": token,
+        "next_url": next_url,
+        "first_url": "?" + urlencode({"tab": tab}) if cursor is not None else "",
+    }
 
 
 def inbox_token(versions: Iterable[tuple[str, str]]) -> str:
@@ -114,16 +187,21 @@ def _inbox_page(
     tab = request.GET.get("tab", "needs")
     if replace is not None or tab not in dict(TABS):
         tab = "needs"
-    context = inbox_context(request.user, tab, replace=replace)
-    if request.htmx and not request.htmx.boosted and request.htmx.target == "inbox-list":
-        return render(request, "runs/inbox.html#inbox-list", context, status=status)
+    cursor = decode_cursor(request.GET.get("cursor", "")) if replace is None else None
+    context = inbox_context(request.user, tab, replace=replace, cursor=cursor)
+    if request.htmx and not request.htmx.boosted:
+        if request.htmx.target == "inbox-more" and cursor is not None:
+            # "Show more": the next cards and a new control, in place of the old control.
+            return render(request, "runs/inbox.html#inbox-more-page", context, status=status)
+        if request.htmx.target == "inbox-list":
+            return render(request, "runs/inbox.html#inbox-list", context, status=status)
     return render(request, "runs/inbox.html", context, status=status)
 
 
 @dashboard_view()
 @require_GET
 def inbox(request: HtmxHttpRequest) -> HttpResponse:
-    """Every pending request the user may answer, soonest expiry first."""
+    """Every pending request the user may answer, soonest expiry first, a page at a time."""
     return _inbox_page(request)
 
 

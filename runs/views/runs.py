@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
-import datetime as dt
 import hashlib
 import json
 from collections.abc import Mapping
@@ -17,7 +14,6 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
@@ -31,6 +27,8 @@ from runs.views._common import (
     HtmxHttpRequest,
     Outcome,
     dashboard_view,
+    decode_cursor,
+    encode_cursor,
     form_key,
     new_idempotency_key,
     perform_once,
@@ -56,26 +54,6 @@ TIMELINE_LIMIT = 500
 # --- Runs list --------------------------------------------------------------------------------
 
 
-def _encode_cursor(run: Run) -> str:
-    raw = f"{run.created_at.isoformat()}|{run.id}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_cursor(value: str) -> tuple[dt.datetime, str] | None:
-    """The (created_at, id) a page starts after, or None for a missing or garbled cursor."""
-    if not value or len(value) > 200:
-        return None
-    try:
-        raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).decode()
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        return None
-    created, _sep, run_id = raw.partition("|")
-    when = parse_datetime(created)
-    if when is None or not run_id:
-        return None
-    return when, run_id
-
-
 @dashboard_view()
 @require_GET
 def run_list(request: HtmxHttpRequest) -> HttpResponse:
@@ -99,7 +77,7 @@ def run_list_context(user: Any, params: Mapping[str, str]) -> dict[str, Any]:
     agent = params.get("agent", "")[:100]
     q = params.get("q", "").strip()[:64]
     raw_cursor = params.get("cursor", "")
-    cursor = _decode_cursor(raw_cursor)
+    cursor = decode_cursor(raw_cursor)
     scoped = runs_for_user(user=user, agent=agent or None, q=q or None)
     counts = {value: _capped_count(scoped.filter(status=value)) for value in RunStatus.values}
     runs = runs_for_user(
@@ -132,7 +110,7 @@ def run_list_context(user: Any, params: Mapping[str, str]) -> dict[str, Any]:
         "cursor": cursor,
         "agents": sorted(known_agents),
         "status_tabs": status_tabs,
-        "next_url": url(cursor=_encode_cursor(page[-1])) if has_more else "",
+        "next_url": url(cursor=encode_cursor(page[-1].created_at, page[-1].id)) if has_more else "",
         "first_url": url() if cursor is not None else "",
         # The live socket shows the same filters; it sends nothing the page already has.
         "live_query": urlencode({k: v for k, v in filters.items() if v}),

@@ -145,6 +145,20 @@
     }
   });
 
+  // The inbox's "Show more": the control is gone with its focus, so move focus to the first
+  // card it brought and say how many came (and whether that was all) in the status region.
+  // htmx fires afterSwap on every new element; act once, on the new control.
+  document.addEventListener("htmx:afterSwap", function (event) {
+    var more = event.target;
+    if (!more || more.id !== "inbox-more" || !more.hasAttribute("data-announce")) return;
+    var status = document.getElementById("inbox-status");
+    if (status) status.textContent = more.getAttribute("data-announce");
+    var first = more.getAttribute("data-first") && document.getElementById(more.getAttribute("data-first"));
+    var focus = first || more.querySelector("a") || more;
+    if (!focus.hasAttribute("tabindex") && focus.tagName !== "A") focus.setAttribute("tabindex", "-1");
+    focus.focus({ preventScroll: false });
+  });
+
   // --- Live pushes (htmx's ws extension swaps each pushed part in by id, out of band). --------
   // A part whose data-version did not change keeps what the person is doing with it: what
   // they typed into a card or the cancel form, an open dialog. A part with a request of its

@@ -94,3 +94,30 @@ def ask(
     )
     run.refresh_from_db()
     return run, lease, cp, request
+
+
+def more_pending(req: Any, count: int, *, first_in: float = 7200, step: float = 60) -> list[Any]:
+    """``count`` more pending requests like ``req`` (on its run), expiring ``step`` seconds
+    apart from ``first_in`` seconds on: many cards without starting a run for each."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from runs.ids import new_request_id
+    from runs.models import InputRequest
+
+    now = timezone.now()
+    return InputRequest.objects.bulk_create(
+        InputRequest(
+            id=new_request_id(),
+            run_id=req.run_id,
+            attempt_id=req.attempt_id,
+            checkpoint_id=req.checkpoint_id,
+            kind=req.kind,
+            prompt=f"{req.prompt} #{i}",
+            accepted_schema=req.accepted_schema,
+            action=req.action,
+            expires_at=now + dt.timedelta(seconds=first_in + i * step),
+        )
+        for i in range(count)
+    )

@@ -100,6 +100,9 @@ def test_it_pages_with_a_cursor(client: Client, viewer: User) -> None:
     assert "Older →" not in html and "← Newest" in html
     # A garbled cursor is the first page, not an error.
     assert run_ids(client.get("/runs/?cursor=%%%").content.decode()) == page1
+    # So is one that decodes to a date that cannot be ("2026-13-40T00:00:00+00:00|run_x").
+    impossible = "MjAyNi0xMy00MFQwMDowMDowMCswMDowMHxydW5feA"
+    assert run_ids(client.get(f"/runs/?cursor={impossible}").content.decode()) == page1
 
 
 def test_it_shows_status_epochs_attempts_timeline_and_checkpoints(

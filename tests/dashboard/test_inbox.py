@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+import time_machine
 from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
@@ -69,16 +70,27 @@ def test_it_shows_the_run_agent_step_kind_context_and_expiry(
     assert hidden(card, "idempotency_key").startswith("form-")
 
 
-def test_it_uses_the_users_time_zone(client: Client, approver: User) -> None:
-    _run, _lease, _cp, req = interrupted()
-    client.force_login(approver)
-    client.cookies["tz"] = "Asia/Shanghai"
-    card = card_html(client.get("/").content.decode(), req.id)
-    local = timezone.localtime(req.expires_at, dt.timezone(dt.timedelta(hours=8)))
-    assert f"If unanswered by {local:%H:%M} CST" in card
-    client.cookies["tz"] = "Not/AZone"
-    card = card_html(client.get("/").content.decode(), req.id)
-    assert f"If unanswered by {req.expires_at:%H:%M} UTC" in card
+@pytest.mark.parametrize(
+    ("now", "shanghai", "utc"),
+    [
+        # Asked at 10:00 in Shanghai: the hour's deadline is today there, shown as a time.
+        (dt.datetime(2026, 6, 1, 2, 0, tzinfo=dt.UTC), "11:00 CST", "03:00 UTC"),
+        # Asked at 23:30 in Shanghai: the deadline is tomorrow there, so it has a date.
+        (dt.datetime(2026, 6, 1, 15, 30, tzinfo=dt.UTC), "Jun 2, 00:30 CST", "16:30 UTC"),
+    ],
+)
+def test_it_uses_the_users_time_zone(
+    client: Client, approver: User, now: dt.datetime, shanghai: str, utc: str
+) -> None:
+    with time_machine.travel(now, tick=False):
+        _run, _lease, _cp, req = interrupted(expires_in=3600)
+        client.force_login(approver)
+        client.cookies["tz"] = "Asia/Shanghai"
+        card = card_html(client.get("/").content.decode(), req.id)
+        assert f"If unanswered by {shanghai}" in card
+        client.cookies["tz"] = "Not/AZone"
+        card = card_html(client.get("/").content.decode(), req.id)
+        assert f"If unanswered by {utc}" in card
 
 
 def test_it_answers_and_resumes_the_run_without_javascript(client: Client, operator: User) -> None:

@@ -185,19 +185,33 @@
       refreshing[target] = false;
       if (again) refresh(url, target);
     }
-    var current = document.querySelector(target);
-    if (!current) return done();
-    if (busy(current)) {
-      // Its own load is on its way: replacing it now would orphan that reply. Go after it.
-      current.addEventListener("htmx:afterRequest", function () {
-        refreshing[target] = false;
-        setTimeout(function () { refresh(url, target); }, 0);
-      }, { once: true });
-      return;
-    }
-    // From the body, which no push replaces, so the reply's out-of-band parts find their place.
-    htmx.ajax("GET", url, { source: document.body, target: target, swap: "outerHTML" }).then(done, done);
+    if (!document.querySelector(target)) return done();
+    // Fetched here and swapped with htmx once the reply is in, into whatever element is the
+    // target then: a push or a reply may have redrawn the part (the run's main column) while
+    // the fetch was on its way. An htmx request bound to the old element would land in the
+    // detached element and look for its out-of-band parts (the effects banner) there.
+    fetch(url, {
+      credentials: "same-origin",
+      headers: { "HX-Request": "true", "HX-Current-URL": window.location.href },
+    }).then(function (response) {
+      if (!response.ok) throw new Error(String(response.status));
+      return response.text();
+    }).then(function (html) {
+      var live = document.querySelector(target);
+      if (live) htmx.swap(live, html, { swapStyle: "outerHTML" }, { contextElement: document.body });
+    }).catch(function (error) {
+      var text = document.body.dataset.errorText || gettext("That did not work ({}). Reload the page and try again.");
+      showProblem(text.replace("{}", error && error.message ? error.message : ""));
+    }).then(done, done);
   }
+  // Parts that load themselves once drawn (the run page's side-effect report) go through
+  // refresh too: one fetch at a time per part, whoever asks.
+  htmx.onLoad(function (root) {
+    if (!root || !root.querySelectorAll) return;
+    var parts = Array.prototype.slice.call(root.querySelectorAll("[data-load-url][id]"));
+    if (root.matches && root.matches("[data-load-url][id]")) parts.unshift(root);
+    parts.forEach(function (part) { refresh(part.getAttribute("data-load-url"), "#" + part.id); });
+  });
   document.addEventListener("htmx:oobBeforeSwap", function (event) {
     var detail = event.detail;
     var target = detail && detail.target;

@@ -239,7 +239,7 @@ def test_the_run_page_fetches_the_report_and_gets_its_banner(
     run, effects = a_run_with_effects(config_dir)
     client.force_login(operator)
     page = text(client.get(f"/runs/{run.id}/"))
-    assert f'hx-get="/side-effects/runs/{run.id}/?origin=run"' in page
+    assert f'data-load-url="/side-effects/runs/{run.id}/?origin=run"' in page
     assert f'<div id="run-{run.id}-effects-banner"></div>' in page
     fragment = text(client.get(f"/side-effects/runs/{run.id}/?origin=run", **HTMX))
     assert fragment.lstrip().startswith(f'<div id="run-{run.id}-report"')

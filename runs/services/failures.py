@@ -181,12 +181,25 @@ def attempt_fail(
     return run
 
 
-def _stop(run: Run, failure_class: str, detail: str, *, now: Any, actor: str) -> None:
-    run.status = next_status(run.status, "fail_stop")
+def _stop(
+    run: Run,
+    failure_class: str,
+    detail: str,
+    *,
+    now: Any,
+    actor: str,
+    transition: str = "fail_stop",
+    payload: dict[str, Any] | None = None,
+) -> None:
+    """The run fails for good: its status, failure and end, and the ``run.failed`` event
+    (by default saying the class and the detail)."""
+    run.status = next_status(run.status, transition)
     run.failure_class = failure_class
     run.failure_detail = detail
     run.finished_at = now
-    append_event(run, "run.failed", actor, {"failure_class": failure_class, "detail": detail})
+    if payload is None:
+        payload = {"failure_class": failure_class, "detail": detail}
+    append_event(run, "run.failed", actor, payload)
 
 
 def fail_locked_for_lost_lease(run: Run, attempt: Attempt, *, now: Any) -> None:
@@ -218,15 +231,13 @@ def fail_locked_for_lost_lease(run: Run, attempt: Attempt, *, now: Any) -> None:
             break
         lost_in_a_row += 1
     if lost_in_a_row >= cap:
-        run.status = next_status(run.status, "lease_expired_stop")
-        run.failure_class = FailureClass.LEASE_LOST
-        run.failure_detail = f"The worker lost its lease {lost_in_a_row} times in a row."
-        run.finished_at = now
-        append_event(
+        _stop(
             run,
-            "run.failed",
-            actor,
-            {"failure_class": FailureClass.LEASE_LOST, "detail": run.failure_detail},
+            FailureClass.LEASE_LOST,
+            f"The worker lost its lease {lost_in_a_row} times in a row.",
+            now=now,
+            actor=actor,
+            transition="lease_expired_stop",
         )
         return
     run.status = next_status(run.status, "lease_expired_retry")
@@ -246,13 +257,12 @@ def expire_request_locked(run: Run, request: InputRequest, *, now: Any) -> None:
         now=now,
         actor="system:sweeper",
     )
-    run.status = next_status(run.status, "expire")
-    run.failure_class = FailureClass.INPUT_EXPIRED
-    run.failure_detail = f"No response to {request.id} by {request.expires_at.isoformat()}."
-    run.finished_at = now
-    append_event(
+    _stop(
         run,
-        "run.failed",
-        "system:sweeper",
-        {"failure_class": FailureClass.INPUT_EXPIRED, "request_id": request.id},
+        FailureClass.INPUT_EXPIRED,
+        f"No response to {request.id} by {request.expires_at.isoformat()}.",
+        now=now,
+        actor="system:sweeper",
+        transition="expire",
+        payload={"failure_class": FailureClass.INPUT_EXPIRED, "request_id": request.id},
     )

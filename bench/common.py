@@ -155,6 +155,21 @@ def declare_bench_agent(name: str = "bench-agent") -> str:
     return name
 
 
+def person(username: str, group: str) -> tuple[Any, str]:
+    """A user in one of the default groups, and its API token: (user, token key)."""
+    import uuid
+
+    from django.contrib.auth.models import Group, User
+    from rest_framework.authtoken.models import Token
+
+    from runs.groups import ensure_default_groups
+
+    ensure_default_groups()
+    user = User.objects.create_user(username=username, password=uuid.uuid4().hex)
+    user.groups.add(Group.objects.get(name=group))
+    return user, Token.objects.create(user=user).key
+
+
 # --- Processes ---------------------------------------------------------------------------------
 
 

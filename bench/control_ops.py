@@ -28,6 +28,7 @@ from bench.common import (
     daphne,
     declare_bench_agent,
     parse_int_list,
+    person,
     save_result,
     scratch_database,
     setup_django,
@@ -58,18 +59,6 @@ def http_client(
             elapsed = time.perf_counter() - t0
             replayed = response.headers.get("Idempotent-Replayed") == "true"
             record(elapsed, f"{response.status_code}{' replayed' if replayed else ''}")
-
-
-def _operator_token() -> str:
-    from django.contrib.auth.models import Group, User
-    from rest_framework.authtoken.models import Token
-
-    from runs.groups import ensure_default_groups
-
-    ensure_default_groups()
-    user = User.objects.create_user(username="bench-operator", password=uuid.uuid4().hex)
-    user.groups.add(Group.objects.get(name="operator"))
-    return Token.objects.create(user=user).key
 
 
 def _queued_runs(agent: str, count: int) -> list[str]:
@@ -124,7 +113,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with scratch_database("control", keep=opts.keep) as url:
         setup_django()
         agent = declare_bench_agent()
-        token = _operator_token()
+        _user, token = person("bench-operator", "operator")
         total = sum(client_counts) * per
         print(f"preparing {total} runs at a hold point and {total} queued runs ...", flush=True)
         t0 = time.monotonic()

@@ -26,6 +26,7 @@ from bench import datagen
 from bench.common import (
     Summary,
     parse_int_list,
+    person,
     save_result,
     scratch_database,
     setup_django,
@@ -86,16 +87,9 @@ def _explain(sql: str, params: Any) -> str:
 
 
 def _clients() -> tuple[Any, Any]:
-    from django.contrib.auth.models import Group, User
     from django.test import Client
-    from rest_framework.authtoken.models import Token
 
-    from runs.groups import ensure_default_groups
-
-    ensure_default_groups()
-    user = User.objects.create_user(username="bench-growth", password="x")
-    user.groups.add(Group.objects.get(name="admin"))
-    token = Token.objects.create(user=user).key
+    user, token = person("bench-growth", "admin")
     api = Client(HTTP_AUTHORIZATION=f"Token {token}", HTTP_HOST="127.0.0.1")
     page = Client(HTTP_HOST="127.0.0.1")
     page.force_login(user)

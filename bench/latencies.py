@@ -33,6 +33,7 @@ from bench.common import (
     ROOT,
     Summary,
     daphne,
+    person,
     save_result,
     scratch_database,
     setup_django,
@@ -106,18 +107,6 @@ def _wait(predicate: Any, timeout: float, what: str) -> Any:
             return value
         time.sleep(0.005)
     raise SystemExit(f"timed out waiting for {what}")
-
-
-def _token() -> str:
-    from django.contrib.auth.models import Group, User
-    from rest_framework.authtoken.models import Token
-
-    from runs.groups import ensure_default_groups
-
-    ensure_default_groups()
-    user = User.objects.create_user(username="bench-latency", password=uuid.uuid4().hex)
-    user.groups.add(Group.objects.get(name="admin"))
-    return Token.objects.create(user=user).key
 
 
 def measure_resume(http: Any, samples: int) -> list[float]:
@@ -235,7 +224,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with scratch_database("latency", keep=opts.keep) as url:
         os.environ["HOLDPOINT_AGENT_MODULES"] = "runtime.demo_agents,bench.agents"
         setup_django()
-        token = _token()
+        _user, token = person("bench-latency", "admin")
         pool = Pool(2, opts.lease_seconds, opts.sweep_seconds)
         try:
             with (

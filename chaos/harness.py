@@ -44,7 +44,7 @@ PYTHON = sys.executable
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import free_port, machine, table, wait_for_http  # noqa: E402
+from bench.common import free_port, machine, person, table, wait_for_http  # noqa: E402
 from chaos import invariants, pg, receiver  # noqa: E402
 
 
@@ -317,18 +317,7 @@ class Controller:
 
 
 def _setup_people() -> dict[str, str]:
-    from django.contrib.auth.models import Group, User
-    from rest_framework.authtoken.models import Token
-
-    from runs.groups import ensure_default_groups
-
-    ensure_default_groups()
-    tokens = {}
-    for name in ("chaos-a", "chaos-b"):
-        user = User.objects.create_user(username=name, password=uuid.uuid4().hex)
-        user.groups.add(Group.objects.get(name="admin"))
-        tokens[name] = Token.objects.create(user=user).key
-    return tokens
+    return {name: person(name, "admin")[1] for name in ("chaos-a", "chaos-b")}
 
 
 def _create_runs(count: int, hook_url: str, rng: random.Random) -> Counter[str]:

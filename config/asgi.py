@@ -2,7 +2,7 @@
 
 A websocket needs an allowed origin (``ALLOWED_HOSTS``; another site's page cannot open
 one with the user's cookies) and is given the session's user; each consumer checks the
-user's permissions itself, at connect and at every render (``runs.consumers``).
+user's permissions itself, at connect and at every render (``live.consumers``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from runs.routing import websocket_urlpatterns  # noqa: E402
+from live.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {

@@ -64,12 +64,15 @@ INSTALLED_APPS = [
     "runs",
     "ledger",
     "runtime",
+    "api",
+    "dashboard",
+    "live",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Under /api/: oversized or deeply nested bodies are refused before any other work.
-    "runs.problems.ApiBoundaryMiddleware",
+    "api.problems.ApiBoundaryMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
@@ -212,14 +215,14 @@ REST_FRAMEWORK = {
     # (a session has none, which would turn "not logged in" into a 403).
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",
-        "runs.authentication.CsrfSessionAuthentication",
+        "api.authentication.CsrfSessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     # Every error is application/problem+json with a stable code (runs/problems.py).
-    "EXCEPTION_HANDLER": "runs.problems.exception_handler",
+    "EXCEPTION_HANDLER": "api.problems.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Holdpoint API",

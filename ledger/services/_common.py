@@ -15,7 +15,7 @@ from runs.clock import db_now
 from runs.errors import HoldpointError
 from runs.events import append_event
 from runs.models import Attempt, Run
-from runs.services._base import lock_run
+from runs.services import lock_run
 from runs.states import AttemptStatus
 
 # Room for the ".undo" suffix of the compensation key within the 255 characters.

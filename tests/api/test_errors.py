@@ -10,10 +10,10 @@ import time_machine
 from django.test import override_settings
 from rest_framework import exceptions
 
+from api.problems import exception_handler, json_too_deep, problem_response
 from runs import services
 from runs.errors import ERROR_STATUS, HoldpointError
 from runs.models import IdempotencyRecord, Run
-from runs.problems import exception_handler, json_too_deep, problem_response
 from runs.services.control import _retry_guards, register_retry_guard
 from tests.api.conftest import client_for, post
 from tests.runs.factory import claim, epochs, interrupted, snapshot, start

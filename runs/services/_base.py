@@ -14,6 +14,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from runs.clock import row_now, with_db_now
 from runs.errors import HoldpointError
 from runs.events import append_event, notify_work
+from runs.leases import lease_ran_out
 from runs.metrics import STALE_WRITES
 from runs.models import Attempt, Checkpoint, InputRequest, Run
 from runs.states import AttemptStatus, RequestStatus
@@ -90,7 +91,7 @@ def lock_for_worker_write(*, attempt_id: str, lease_epoch: int, cancel_epoch: in
             f"The attempt is {attempt.status}; it no longer holds a lease.",
             attempt_status=attempt.status,
         )
-    if attempt.lease_expires_at is not None and attempt.lease_expires_at <= now:
+    if attempt.lease_expires_at is not None and lease_ran_out(attempt.lease_expires_at, now):
         STALE_WRITES.labels("lease_expired").inc()
         raise HoldpointError(
             "stale_worker",

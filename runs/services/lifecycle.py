@@ -22,7 +22,7 @@ from runs.clock import db_now, row_now, with_db_now
 from runs.errors import HoldpointError
 from runs.events import append_event
 from runs.metrics import measured
-from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent
+from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent, claimable_q
 from runs.schemas import APPROVAL_SCHEMA, MAX_DEPTH, compile_schema, depth, validate_value
 from runs.services._base import (
     UserLike,
@@ -165,9 +165,7 @@ def attempt_claim(
     # clock is read in the same statement: "due" and the lease's start are one instant.
     due = Now() if connection.vendor == "postgresql" else timezone.now()
     candidates = with_db_now(
-        Run.objects.select_for_update(skip_locked=True, of=("self",)).filter(
-            status__in=[RunStatus.QUEUED, RunStatus.WAITING], not_before__lte=due
-        )
+        Run.objects.select_for_update(skip_locked=True, of=("self",)).filter(claimable_q(due))
     )
     if agents:
         candidates = candidates.filter(agent__in=agents)

@@ -18,6 +18,7 @@ from django.utils.translation import gettext_noop
 
 from runs.clock import db_now
 from runs.events import append_event, notify_work
+from runs.leases import lease_ran_out, lease_ran_out_q
 from runs.metrics import LEASE_EXPIRIES
 from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent
 from runs.services.failures import expire_request_locked, fail_locked_for_lost_lease
@@ -48,9 +49,9 @@ class SweepReport:
 def leases_expire(*, limit: int = 100) -> int:
     """Mark attempts whose lease ran out ``lost`` and continue or stop their runs."""
     now = db_now()
-    # attempt_lease_expiry_idx serves this: status = 'running' AND lease_expires_at < now.
+    # attempt_lease_expiry_idx serves this: status = 'running' AND lease_expires_at <= now.
     run_ids = list(
-        Attempt.objects.filter(status=AttemptStatus.RUNNING, lease_expires_at__lt=now)
+        Attempt.objects.filter(lease_ran_out_q(now), status=AttemptStatus.RUNNING)
         .order_by("lease_expires_at")
         .values_list("run_id", flat=True)[:limit]
     )
@@ -63,10 +64,8 @@ def leases_expire(*, limit: int = 100) -> int:
             attempt = Attempt.objects.get(pk=run.current_attempt_id)
             now = db_now()
             # Re-check under the lock: the worker may have renewed or finished meanwhile.
-            if (
-                attempt.status != AttemptStatus.RUNNING
-                or attempt.lease_expires_at is None
-                or attempt.lease_expires_at >= now
+            if attempt.status != AttemptStatus.RUNNING or not lease_ran_out(
+                attempt.lease_expires_at, now
             ):
                 continue
             fail_locked_for_lost_lease(run, attempt, now=now)

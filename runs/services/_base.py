@@ -125,19 +125,28 @@ def queue_attempt(
     return attempt
 
 
-def close_pending_request(run: Run, *, status: str, reason: str, now: Any, actor: str) -> None:
-    """Close the run's open question without an answer, saying why (UX: "Closed: run cancelled")."""
-    if run.pending_request_id is None:
-        return
-    InputRequest.objects.filter(pk=run.pending_request_id, status=RequestStatus.PENDING).update(
+def close_request(
+    run: Run, request_id: str, *, status: str, reason: str, now: Any, actor: str
+) -> None:
+    """Close a pending question of ``run`` (locked by the caller) without an answer, saying
+    why ("Closed: run cancelled"), with its ``request.closed`` event. The one way a question
+    closes unanswered: the inbox and the timeline then tell the same story."""
+    InputRequest.objects.filter(pk=request_id, status=RequestStatus.PENDING).update(
         status=status, closed_reason=reason, closed_at=now
     )
     append_event(
         run,
         "request.closed",
         actor,
-        {"request_id": run.pending_request_id, "status": status, "reason": reason},
+        {"request_id": request_id, "status": status, "reason": reason},
     )
+
+
+def close_pending_request(run: Run, *, status: str, reason: str, now: Any, actor: str) -> None:
+    """Close the run's open question without an answer (``close_request``)."""
+    if run.pending_request_id is None:
+        return
+    close_request(run, run.pending_request_id, status=status, reason=reason, now=now, actor=actor)
     run.pending_request = None
 
 

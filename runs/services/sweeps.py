@@ -21,6 +21,7 @@ from runs.events import append_event, notify_work
 from runs.leases import lease_ran_out, lease_ran_out_q
 from runs.metrics import LEASE_EXPIRIES
 from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent
+from runs.services._base import close_request
 from runs.services.failures import expire_request_locked, fail_locked_for_lost_lease
 from runs.states import HOLDING, TERMINAL, AttemptStatus, RequestStatus, RunStatus, next_status
 
@@ -95,10 +96,15 @@ def requests_expire(*, limit: int = 100) -> int:
                 continue
             if run.pending_request_id != request.id or run.status not in HOLDING:
                 # Not the run's open question any more; close it so it leaves the inbox.
-                request.status = RequestStatus.CANCELLED
-                request.closed_reason = gettext_noop("Closed: the run moved on")
-                request.closed_at = timezone.now()
-                request.save()
+                close_request(
+                    run,
+                    request.id,
+                    status=RequestStatus.CANCELLED,
+                    reason=gettext_noop("Closed: the run moved on"),
+                    now=timezone.now(),
+                    actor="system:sweeper",
+                )
+                run.save(update_fields=["last_event_seq", "updated_at"])
                 continue
             expire_request_locked(run, request, now=timezone.now())
             run.save()

@@ -87,3 +87,22 @@ def test_claimable_states_are_read_off_the_transition_table() -> None:
     lease = claim()
     assert lease.run_id == queued.id
     assert not Run.objects.filter(claimable_q(), pk=queued.pk).exists()
+
+
+def test_a_question_closed_by_the_sweep_writes_the_same_event_as_any_other_close() -> None:
+    import time_machine
+
+    from runs.models import InputRequest, RunEvent
+    from tests.runs.factory import interrupted
+
+    run, _lease, _cp, request = interrupted(expires_in=60)
+    # The run no longer holds this question (it moved on); the question is still pending.
+    Run.objects.filter(pk=run.pk).update(pending_request=None, status=RunStatus.QUEUED)
+    with time_machine.travel(request.expires_at + dt.timedelta(seconds=1)):
+        services.requests_expire()
+    request.refresh_from_db()
+    assert request.status == "cancelled"
+    closed = RunEvent.objects.filter(run=run, type="request.closed").get()
+    assert closed.payload["request_id"] == request.id
+    assert closed.payload["reason"] == "Closed: the run moved on"
+    assert InputRequest.objects.filter(run=run, status="pending").count() == 0

@@ -38,13 +38,13 @@ from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
 from runs.errors import ERROR_STATUS, HoldpointError
+from runs.schemas import MAX_JSON_DEPTH
+from runs.schemas import too_deep as too_deep_json
 
 logger = logging.getLogger(__name__)
 
 CONTENT_TYPE = "application/problem+json"
 API_PREFIX = "/api/"
-# JSON nested deeper than this is refused before any parsing work of a view.
-MAX_JSON_DEPTH = 64
 
 TITLES: dict[str, str] = {
     "stale_after_cancel": "Stale after cancel",
@@ -236,23 +236,6 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
 # --- Middleware ----------------------------------------------------------------------------------
 
 
-def json_too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
-    """Whether ``value`` nests containers deeper than ``limit`` (iterative: no recursion)."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if level + 1 > limit:
-            return True
-        stack.extend((child, level + 1) for child in children)
-    return False
-
-
 def _is_json(content_type: str) -> bool:
     media = content_type.split(";", 1)[0].strip().lower()
     return media == "application/json" or media.endswith("+json")
@@ -316,7 +299,7 @@ class ApiBoundaryMiddleware:
         except ValueError:
             return None  # The parser of the view reports the syntax error with its position.
         else:
-            too_deep = json_too_deep(value)
+            too_deep = too_deep_json(value)
         if too_deep:
             return problem_response(
                 "malformed_request",

@@ -23,7 +23,7 @@ from runs.errors import HoldpointError
 from runs.events import append_event
 from runs.metrics import measured
 from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent, claimable_q
-from runs.schemas import APPROVAL_SCHEMA, MAX_DEPTH, compile_schema, depth, validate_value
+from runs.schemas import APPROVAL_SCHEMA, compile_schema, too_deep, validate_value
 from runs.services._base import (
     UserLike,
     actor_for,
@@ -450,7 +450,7 @@ def attempt_log(
         raise HoldpointError("invalid_input", "message must be 1 to 2,000 characters.")
     if level not in LOG_LEVELS:
         raise HoldpointError("invalid_input", f"level must be one of {', '.join(LOG_LEVELS)}.")
-    if data is not None and (not isinstance(data, dict) or depth(data) > MAX_DEPTH):
+    if data is not None and (not isinstance(data, dict) or too_deep(data)):
         raise HoldpointError("invalid_input", "data must be a JSON object.")
     fenced = lock_for_worker_write(
         attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch

@@ -39,8 +39,9 @@ from runtime.control import (
     SideEffectUnknown,
 )
 from runtime.heartbeat import Heartbeater
-from runtime.sdk import Agent, Done, Next, StepError
+from runtime.registry import Agent
 from runtime.selectors import answers_for, run_cost_before
+from runtime.types import Done, Next, StepError
 
 logger = logging.getLogger("runtime")
 

@@ -290,6 +290,9 @@ LOGGING = {
 }
 # When set, /metrics requires "Authorization: Bearer <token>".
 HOLDPOINT_METRICS_TOKEN = env_str("HOLDPOINT_METRICS_TOKEN")
+# Without a token, /metrics answers anyone only when this is on: by default outside
+# production, never by default in production (`check --deploy` warns either way).
+HOLDPOINT_METRICS_PUBLIC = env_bool("HOLDPOINT_METRICS_PUBLIC", not PRODUCTION)
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "holdpoint@localhost")

@@ -8,7 +8,7 @@ class RunsConfig(AppConfig):
     verbose_name = "Runs"
 
     def ready(self) -> None:
-        from runs import broadcast
+        from runs import broadcast, checks  # noqa: F401 - registers the deploy checks
         from runs.idempotency import idempotency_records_purge
         from runs.services import history_purge, register_sweep
 

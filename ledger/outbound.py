@@ -296,7 +296,7 @@ def check_destination(url: Any, *, addresses: Iterable[IPAddress] | None = None)
     """
     destination = parse_url(url)
     policy = current_policy()
-    host = destination.host
+    host = destination.host.rstrip(".")
     literal = _literal_address(host)
     host_listed = literal is None and policy.lists_host(host)
     if addresses is None:
@@ -436,7 +436,8 @@ def send(
     conn = _connect(destination, addresses, min(timeout, total))
     # One clock for the whole exchange: a receiver that drips its answer a byte at a time
     # would otherwise keep every socket read just under the timeout.
-    watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), _cut, args=(conn,))
+    # The socket itself: http.client lets go of it once a "Connection: close" reply starts.
+    watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), _cut, args=(conn.sock,))
     watchdog.daemon = True
     watchdog.start()
     try:
@@ -465,6 +466,8 @@ def send(
         except (OSError, http.client.HTTPException):
             # The status is known; what was cut off is only the rest of the body.
             truncated = True
+        if (response.length or 0) > 0 or time.monotonic() >= deadline:
+            truncated = True  # Cut off by the clock (or the receiver) before its end.
         raw = b"".join(chunks)[:limit]
         return Reply(
             status=response.status,
@@ -477,8 +480,7 @@ def send(
         conn.close()
 
 
-def _cut(conn: http.client.HTTPConnection) -> None:
-    sock = conn.sock
+def _cut(sock: socket.socket | None) -> None:
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)

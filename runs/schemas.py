@@ -91,10 +91,38 @@ def _pattern_properties(
                 yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 
-# Draft 2020-12 with ``pattern`` and ``patternProperties`` matched as JSON Schema means
-# them (see ``_anchored_at_end``). Every validation of agent-given schemas uses it.
+def _additional_properties(
+    validator: Any, allowed: Any, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    properties = schema.get("properties", {})
+    patterns = [_anchored_at_end(p) for p in schema.get("patternProperties", {})]
+    extras = sorted(
+        key
+        for key in instance
+        if key not in properties and not any(p.search(key) for p in patterns)
+    )
+    if validator.is_type(allowed, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], allowed, path=extra)
+    elif not allowed and extras:
+        yield ValidationError(
+            f"Additional properties are not allowed ({', '.join(map(repr, extras))} "
+            f"{'was' if len(extras) == 1 else 'were'} unexpected)"
+        )
+
+
+# Draft 2020-12 with ``pattern``, ``patternProperties`` and ``additionalProperties``
+# matched as JSON Schema means them (see ``_anchored_at_end``). Every validation of
+# agent-given schemas uses it.
 SchemaValidator = extend(
-    Draft202012Validator, {"pattern": _pattern, "patternProperties": _pattern_properties}
+    Draft202012Validator,
+    {
+        "pattern": _pattern,
+        "patternProperties": _pattern_properties,
+        "additionalProperties": _additional_properties,
+    },
 )
 
 

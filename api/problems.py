@@ -61,6 +61,7 @@ TITLES: dict[str, str] = {
     "idempotency_key_missing": "Idempotency key missing",
     "idempotency_key_malformed": "Idempotency key malformed",
     "invalid_input": "Invalid input",
+    "destination_not_allowed": "Destination not allowed",
     "unknown_agent": "Unknown agent",
     "not_found": "Not found",
     "permission_denied": "Permission denied",

@@ -129,8 +129,8 @@ class ReportSerializer(serializers.Serializer):
     groups = ReportGroupSerializer(many=True)
 
 
-def effect_data(effect: SideEffect) -> dict[str, Any]:
-    return dict(SideEffectSerializer(side_effect_rows([effect])[0]).data)
+def effect_data(effect: SideEffect, user: Any) -> dict[str, Any]:
+    return dict(SideEffectSerializer(side_effect_rows([effect], user=user)[0]).data)
 
 
 # --- Control API: reads -----------------------------------------------------------------------
@@ -145,7 +145,7 @@ class RunSideEffectListApi(APIView):
 
     def get(self, request: Request, run_id: str) -> Response:
         run = run_get_for_user(user=request.user, run_id=run_id)
-        rows = side_effect_rows(list(side_effects_for_run(run.pk)))
+        rows = side_effect_rows(list(side_effects_for_run(run.pk)), user=request.user)
         return Response(SideEffectSerializer(rows, many=True).data)
 
 
@@ -156,7 +156,7 @@ class RunReportApi(APIView):
 
     def get(self, request: Request, run_id: str) -> Response:
         run = run_get_for_user(user=request.user, run_id=run_id)
-        return Response(ReportSerializer(report_for_run(run.pk)).data)
+        return Response(ReportSerializer(report_for_run(run.pk, user=request.user)).data)
 
 
 class SideEffectCursor(Cursor):
@@ -204,7 +204,7 @@ class SideEffectListApi(QueryValidated, ListAPIView):
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         page = self.paginate_queryset(self.get_queryset()) or []
-        rows = side_effect_rows(list(page))
+        rows = side_effect_rows(list(page), user=self.request.user)
         return self.get_paginated_response(SideEffectSerializer(rows, many=True).data)
 
 
@@ -214,7 +214,7 @@ class SideEffectListApi(QueryValidated, ListAPIView):
 class SideEffectDetailApi(APIView):
     def get(self, request: Request, operation_id: str) -> Response:
         effect = side_effect_get_for_user(user=request.user, operation_id=operation_id)
-        return Response(effect_data(effect))
+        return Response(effect_data(effect, request.user))
 
 
 # --- Control API: reconcile and compensate ----------------------------------------------------
@@ -258,7 +258,7 @@ class SideEffectReconcileApi(IdempotentMixin, APIView):
                 note=data["note"],
                 user=request.user,
             )
-            return Response(effect_data(settled))
+            return Response(effect_data(settled, request.user))
 
         return self.idempotent(request, execute)
 
@@ -287,7 +287,8 @@ class SideEffectCompensateApi(IdempotentMixin, APIView):
                 effect_data(
                     services.side_effect_compensate(
                         operation_id=effect.operation_id, user=request.user
-                    )
+                    ),
+                    request.user,
                 )
             ),
         )
@@ -357,6 +358,7 @@ class WorkerSideEffectBeginApi(WorkerApiView):
                 "side_effect_unknown",
                 "approval_required",
                 "invalid_state",
+                "destination_not_allowed",
             ),
         },
     )
@@ -436,6 +438,7 @@ class WorkerSideEffectOutcomeApi(WorkerApiView):
                 lease_epoch=data.get("lease_epoch"),
                 cancel_epoch=data.get("cancel_epoch"),
             )
-            return Response(effect_data(effect))
+            # The worker reported this outcome itself: it sees it whole.
+            return Response(effect_data(effect, None))
 
         return self.idempotent(request, execute)

@@ -54,6 +54,13 @@ def healthz(request: HttpRequest) -> JsonResponse:
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
     token = settings.HOLDPOINT_METRICS_TOKEN
+    if not token and not settings.HOLDPOINT_METRICS_PUBLIC:
+        # Production without a token: the counts are nobody's business (runs/checks.py).
+        return HttpResponse(
+            "metrics are off: set HOLDPOINT_METRICS_TOKEN (or HOLDPOINT_METRICS_PUBLIC=true)\n",
+            status=403,
+            content_type="text/plain",
+        )
     if token:
         given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         if not hmac.compare_digest(given.encode(), token.encode()):

@@ -39,8 +39,9 @@ from django.http import QueryDict
 from django.utils.text import capfirst
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
-from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
+
+from runs.schemas import schema_validator
 
 ROOT_NAME = "answer"
 # A lone choice with this many options or fewer becomes one button per option (UX 6).
@@ -488,7 +489,7 @@ class SchemaForm:
     # --- Validation ----------------------------------------------------------------------
 
     def _validate(self, value: Any) -> None:
-        validator = Draft202012Validator(self.schema)
+        validator = schema_validator(self.schema)
         for error in sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path)):
             self.add_error(_pointer_of(error), _message_of(error))
 

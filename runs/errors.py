@@ -25,6 +25,7 @@ ERROR_STATUS: dict[str, int] = {
     "idempotency_key_missing": 400,
     "idempotency_key_malformed": 400,
     "invalid_input": 422,
+    "destination_not_allowed": 422,
     "unknown_agent": 422,
     "not_found": 404,
     "permission_denied": 403,

@@ -7,11 +7,15 @@ accepted too and stored compiled, so everything downstream sees one format.
 
 from __future__ import annotations
 
+import functools
 import json
+import re
+from collections.abc import Iterator
 from typing import Any
 
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
+from jsonschema.exceptions import SchemaError, ValidationError
+from jsonschema.validators import extend
 
 from runs.errors import HoldpointError
 
@@ -42,6 +46,90 @@ APPROVAL_SCHEMA: dict[str, Any] = {
     "required": ["decision"],
     "additionalProperties": False,
 }
+
+
+@functools.lru_cache(maxsize=256)
+def _anchored_at_end(pattern: str) -> re.Pattern[str]:
+    """``pattern`` with JSON Schema's (ECMA-262's) meaning of ``$``: the end of the text.
+
+    Python's ``$`` also matches before a trailing newline, so ``^[a-z]+$`` would let
+    ``"abc\\n"`` through. Every ``$`` outside a character class and not escaped becomes
+    ``\\Z``; a pattern with its own multiline flag keeps its ``$``.
+    """
+    if "(?m" in pattern:
+        return re.compile(pattern)
+    out: list[str] = []
+    in_class = escaped = False
+    for char in pattern:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        elif char == "$":
+            out.append(r"\Z")
+            continue
+        out.append(char)
+    return re.compile("".join(out))
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string") and not _anchored_at_end(pattern).search(instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(
+    validator: Any, patterns: dict[str, Any], instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            if _anchored_at_end(pattern).search(key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(
+    validator: Any, allowed: Any, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    properties = schema.get("properties", {})
+    patterns = [_anchored_at_end(p) for p in schema.get("patternProperties", {})]
+    extras = sorted(
+        key
+        for key in instance
+        if key not in properties and not any(p.search(key) for p in patterns)
+    )
+    if validator.is_type(allowed, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], allowed, path=extra)
+    elif not allowed and extras:
+        yield ValidationError(
+            f"Additional properties are not allowed ({', '.join(map(repr, extras))} "
+            f"{'was' if len(extras) == 1 else 'were'} unexpected)"
+        )
+
+
+# Draft 2020-12 with ``pattern``, ``patternProperties`` and ``additionalProperties``
+# matched as JSON Schema means them (see ``_anchored_at_end``). Every validation of
+# agent-given schemas uses it.
+SchemaValidator = extend(
+    Draft202012Validator,
+    {
+        "pattern": _pattern,
+        "patternProperties": _pattern_properties,
+        "additionalProperties": _additional_properties,
+    },
+)
+
+
+def schema_validator(schema: dict[str, Any]) -> Any:
+    """The validator for a checked schema (``compile_schema``)."""
+    return SchemaValidator(schema)
 
 
 def _is_compact(schema: dict[str, Any]) -> bool:
@@ -104,7 +192,7 @@ def compile_schema(schema: Any) -> dict[str, Any]:
 
 def validation_errors(schema: dict[str, Any], value: Any) -> list[dict[str, str]]:
     """Every way ``value`` breaks ``schema``, as ``{pointer, message}``, sorted by pointer."""
-    validator = Draft202012Validator(schema)
+    validator = schema_validator(schema)
     errors = []
     for error in validator.iter_errors(value):
         pointer = "".join(f"/{part}" for part in error.absolute_path)

@@ -106,7 +106,7 @@ def _row(effect_row: dict[str, Any], *, user: Any, origin: str, **extra: Any) ->
 
 
 def _rows(effects: list[SideEffect], *, user: Any, origin: str) -> list[dict[str, Any]]:
-    return [_row(r, user=user, origin=origin) for r in side_effect_rows(effects)]
+    return [_row(r, user=user, origin=origin) for r in side_effect_rows(effects, user=user)]
 
 
 ORIGINS = ("list", "report", "run")
@@ -121,7 +121,7 @@ def _report_context(
     request: HtmxHttpRequest, run_id: str, *, origin: str = "report", **extra: Any
 ) -> dict[str, Any]:
     run = run_get_for_user(user=request.user, run_id=run_id)
-    report = report_for_run(run.id)
+    report = report_for_run(run.id, user=request.user)
     for group in report["groups"]:
         group["rows"] = [_row(r, user=request.user, origin=origin) for r in group["rows"]]
     context = {"run": run, "report": report, "origin": origin, **extra}
@@ -221,7 +221,7 @@ def _reply(
             request, "dashboard/report.html#report-fragment", context, status=outcome.status
         )
     row = _row(
-        side_effect_rows([effect])[0],
+        side_effect_rows([effect], user=request.user)[0],
         user=request.user,
         origin="list",
         form=form,

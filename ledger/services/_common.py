@@ -111,8 +111,19 @@ def lock_effect(operation_id: str) -> tuple[Run, SideEffect]:
     return run, SideEffect.objects.get(pk=operation_id)
 
 
+def _without_reply_body(error: Any) -> Any:
+    # Everyone who may view the run reads its events: what a receiver answered stays on
+    # the side effect, where only people who can act see it (ledger.selectors).
+    if isinstance(error, dict) and isinstance(error.get("details"), dict):
+        details = {k: v for k, v in error["details"].items() if k != "body"}
+        return {**error, "details": details}
+    return error
+
+
 def emit(run: Run, type: str, actor: str, effect: SideEffect, **payload: Any) -> None:
     """Append a side-effect event to the run (locked by the caller) and save its seq."""
+    if "error" in payload:
+        payload["error"] = _without_reply_body(payload["error"])
     append_event(
         run,
         type,

@@ -34,6 +34,7 @@ PRODUCTION = {
     "HOLDPOINT_PRODUCTION": "1",
     "SECRET_KEY": secrets.token_urlsafe(64),
     "ALLOWED_HOSTS": "holdpoint.example.com",
+    "HOLDPOINT_METRICS_TOKEN": secrets.token_urlsafe(32),
 }
 
 

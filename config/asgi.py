@@ -1,7 +1,8 @@
 """ASGI entry point: HTTP through Django, websockets through Channels.
 
-A websocket needs an allowed origin (``ALLOWED_HOSTS``; another site's page cannot open
-one with the user's cookies) and is given the session's user; each consumer checks the
+A websocket needs our own origin (scheme, host and port: ``config.websocket_origin``;
+another site's page, another port or a sibling subdomain cannot open one with the user's
+cookies) and is given the session's user; each consumer checks the
 user's permissions itself, at connect and at every render (``runs.consumers``).
 """
 
@@ -18,15 +19,13 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from config.websocket_origin import SameOriginValidator  # noqa: E402
 from runs.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -9,6 +9,7 @@ from django.views.decorators.http import last_modified
 from django.views.i18n import JavaScriptCatalog
 
 from runs import views
+from runs.views.login import login
 
 # app.js's words (djangojs catalog of locale/). A script file, not inline (CSP); the page
 # names its language in the URL, so a cached catalog never answers for another language.
@@ -18,11 +19,7 @@ javascript_catalog = last_modified(lambda request, **kwargs: STARTED)(
 )
 
 urlpatterns: list[URLPattern | URLResolver] = [
-    path(
-        "login/",
-        auth_views.LoginView.as_view(redirect_authenticated_user=True),
-        name="login",
-    ),
+    path("login/", login, name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("i18n/", include("django.conf.urls.i18n")),
     path("jsi18n/", javascript_catalog, name="javascript-catalog"),

@@ -42,18 +42,20 @@ from rest_framework.views import APIView
 from runs import services
 from runs.apis.base import BODY_CODES, idempotency_key_parameter, problems, validated
 from runs.apis.idempotency import IdempotentMixin
-from runs.authentication import IsWorker, WorkerTokenAuthentication
+from runs.authentication import AnonymousRateAuthentication, IsWorker, WorkerTokenAuthentication
 from runs.models import Run
 from runs.serializers import CheckpointSerializer, InputRequestSerializer, utc
 from runs.states import RequestKind
 
-WORKER_AUTH_CODES = ("not_authenticated", "authentication_failed", "permission_denied")
+WORKER_AUTH_CODES = ("not_authenticated", "authentication_failed", "permission_denied", "throttled")
 FENCE_CODES = ("stale_after_cancel", "stale_worker", "not_found")
 KEY_CODES = ("idempotency_key_malformed", "idempotency_key_reused", "idempotency_in_progress")
 
 
 class WorkerApiView(IdempotentMixin, APIView):
-    authentication_classes = [WorkerTokenAuthentication]
+    # Without a worker token a request is counted as anonymous (per address) before IsWorker
+    # refuses it.
+    authentication_classes = [WorkerTokenAuthentication, AnonymousRateAuthentication]
     permission_classes = [IsWorker]
     idempotency_required = False
 

@@ -72,6 +72,9 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Under /api/: oversized or deeply nested bodies are refused before any other work.
     "runs.problems.ApiBoundaryMiddleware",
+    # Pages: a NUL character in the path, query or form is a 400 before any view (the API
+    # answers its own problem in ApiBoundaryMiddleware).
+    "config.middleware.NulCharacterMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 import urllib.error
 import urllib.request
@@ -195,6 +196,7 @@ class WebhookTool:
         idempotency_key: str,
         headers: dict[str, str] | None = None,
     ) -> _Response:
+        _check_headers(headers or {})
         all_headers = {"User-Agent": "Holdpoint-webhook/1", "Accept": "application/json"}
         all_headers.update(headers or {})
         # Our key always wins over one the request may carry: it is what the ledger recorded.
@@ -224,6 +226,24 @@ class WebhookTool:
         if status in AMBIGUOUS_STATUSES or 300 <= status < 400:
             raise OutcomeUnknown(f"{method} {url} answered {status}; it may have acted.", **details)
         raise ActionFailed(f"{method} {url} was refused with {status}.", **details)
+
+
+# RFC 9110 field names (tokens) and values without CR, LF or NUL: http.client raises
+# ValueError for anything else (a CRLF could also split the request), which escaped as a 500.
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
+
+
+def _check_headers(headers: Any) -> None:
+    if not isinstance(headers, dict):
+        raise ActionFailed("headers must map names to strings.")
+    for name, value in headers.items():
+        if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
+            raise ActionFailed(f"The header name {name!r} is not an HTTP field name.")
+        if not isinstance(value, str) or not _HEADER_VALUE.fullmatch(value):
+            raise ActionFailed(
+                f"The value of header {name!r} holds a line break or a control character."
+            )
 
 
 def _check_url(url: Any) -> None:

@@ -159,7 +159,7 @@ class WorkerClaimApi(WorkerApiView):
         class Meta:
             ref_name = "WorkerClaimInput"
 
-        worker_id = serializers.CharField(max_length=200)
+        worker_id = serializers.CharField(max_length=services.WORKER_ID_MAX_LENGTH)
         agents = serializers.ListField(
             child=serializers.CharField(max_length=100), required=False, max_length=1000
         )

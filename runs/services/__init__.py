@@ -11,6 +11,7 @@ from runs.services.control import (
 )
 from runs.services.failures import attempt_fail
 from runs.services.lifecycle import (
+    WORKER_ID_MAX_LENGTH,
     Heartbeat,
     Lease,
     attempt_claim,
@@ -32,6 +33,7 @@ from runs.services.sweeps import (
 )
 
 __all__ = [
+    "WORKER_ID_MAX_LENGTH",
     "Heartbeat",
     "Lease",
     "attempt_claim",

@@ -14,7 +14,6 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 from rest_framework.test import APIClient
 
-from config.env import env_rate
 from tests.api.conftest import client_for, worker_client
 
 # Aligned to the minute and to 15 minutes, so every count of a test falls in one window.
@@ -203,6 +202,8 @@ def test_it_throttles_an_address_that_keeps_presenting_bad_tokens(
 
 
 def test_it_reads_rates_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from config.env import env_rate
+
     monkeypatch.setenv("HOLDPOINT_THROTTLE_USER", "5/15min")
     assert env_rate("HOLDPOINT_THROTTLE_USER", "1/s") == "5/15min"
     monkeypatch.setenv("HOLDPOINT_THROTTLE_USER", "lots")

@@ -179,10 +179,10 @@ elif HOLDPOINT_CACHE == "database":
         "default": {
             "BACKEND": "django.core.cache.backends.db.DatabaseCache",
             "LOCATION": "holdpoint_cache",
-            # Counters carry their own windows; the expiry only cleans up. Culling must not
-            # drop a lockout while an attacker fills the table with other names.
+            # Counters carry their own windows; the expiry only cleans up. Each write counts
+            # the table and culls expired rows beyond MAX_ENTRIES, so keep it modest.
             "TIMEOUT": 86400,
-            "OPTIONS": {"MAX_ENTRIES": 1_000_000},
+            "OPTIONS": {"MAX_ENTRIES": 50_000},
         }
     }
 else:

@@ -28,12 +28,19 @@ from rest_framework import exceptions
 from rest_framework.authentication import (
     BaseAuthentication,
     SessionAuthentication,
+    TokenAuthentication,
     get_authorization_header,
 )
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from runs.models import WorkerToken
+from runs.ratelimit import (
+    anonymous_hit,
+    auth_failure_record,
+    auth_failures_blocked,
+    client_address,
+)
 from runs.tokens import hash_token
 
 KEYWORD = b"bearer"
@@ -71,10 +78,57 @@ class WorkerPrincipal:
         return self.get_username()
 
 
-class WorkerTokenAuthentication(BaseAuthentication):
+_BLOCKED = "Too many failed authentications from this address; try again in {wait} seconds."
+
+
+def _presents(request: Request, keyword: bytes) -> bool:
+    parts = get_authorization_header(request).split()
+    return bool(parts) and parts[0].lower() == keyword
+
+
+class FailureCountingMixin:
+    """Count credentials that fail, per client address; refuse an address over
+    ``HOLDPOINT_THROTTLE_AUTH_FAILURES`` with 429 ``throttled`` before looking its token up,
+    until the window ends. Guessing tokens is hopeless (256 random bits), but a client
+    that keeps trying is told to stop instead of being answered at full speed."""
+
+    presented_keyword: bytes
+
+    def _guarded(self, request: Request, check: Any) -> Any:
+        if not _presents(request, self.presented_keyword):
+            return check()
+        address = client_address(request)
+        wait = auth_failures_blocked(address)
+        if wait is not None:
+            raise exceptions.Throttled(wait=wait, detail=_BLOCKED.format(wait=wait))
+        try:
+            return check()
+        except exceptions.AuthenticationFailed:
+            auth_failure_record(address)
+            raise
+
+
+class ThrottledTokenAuthentication(FailureCountingMixin, TokenAuthentication):
+    """DRF's ``Authorization: Token …`` (people and scripts), with failures counted."""
+
+    presented_keyword = b"token"
+
+    def authenticate(self, request: Request) -> Any:
+        return self._guarded(request, lambda: TokenAuthentication.authenticate(self, request))
+
+
+class WorkerTokenAuthentication(FailureCountingMixin, BaseAuthentication):
     """``Authorization: Bearer hpw_…`` against the hashed, unrevoked worker tokens."""
 
+    presented_keyword = KEYWORD
+
     def authenticate(self, request: Request) -> tuple[WorkerPrincipal, WorkerToken] | None:
+        result: tuple[WorkerPrincipal, WorkerToken] | None = self._guarded(
+            request, lambda: self._authenticate(request)
+        )
+        return result
+
+    def _authenticate(self, request: Request) -> tuple[WorkerPrincipal, WorkerToken] | None:
         parts = get_authorization_header(request).split()
         if not parts or parts[0].lower() != KEYWORD:
             return None
@@ -96,6 +150,28 @@ class WorkerTokenAuthentication(BaseAuthentication):
 
     def authenticate_header(self, request: Request) -> str:
         return 'Bearer realm="holdpoint-worker"'
+
+
+class AnonymousRateAuthentication(BaseAuthentication):
+    """The last authenticator: no credentials claimed the request, so count it against the
+    client's address (``HOLDPOINT_THROTTLE_ANON``) here, before a permission check answers
+    401. DRF checks permissions before throttles, so a throttle alone would never see an
+    anonymous request to a protected endpoint. Authenticates nobody."""
+
+    def authenticate(self, request: Request) -> None:
+        # Credentials this endpoint does not take (a person's token on the worker API, a
+        # worker's on the control API) count as a failure and meet the block of an address
+        # that keeps failing.
+        if get_authorization_header(request):
+            address = client_address(request)
+            blocked = auth_failures_blocked(address)
+            if blocked is not None:
+                raise exceptions.Throttled(wait=blocked, detail=_BLOCKED.format(wait=blocked))
+            auth_failure_record(address)
+        wait = anonymous_hit(request)
+        if wait is not None:
+            raise exceptions.Throttled(wait=wait)
+        return None
 
 
 class IsWorker(BasePermission):

@@ -17,7 +17,13 @@ from api.serializers import ProblemSerializer
 from runs.errors import ERROR_STATUS, HoldpointError
 
 # Refusals any authenticated endpoint can give, documented on every operation.
-AUTH_CODES = ("not_authenticated", "authentication_failed", "permission_denied", "csrf_failed")
+AUTH_CODES = (
+    "not_authenticated",
+    "authentication_failed",
+    "permission_denied",
+    "csrf_failed",
+    "throttled",
+)
 # Refusals of any endpoint that reads a JSON body, before the view runs.
 BODY_CODES = ("malformed_request", "payload_too_large", "unsupported_media_type", "invalid_input")
 

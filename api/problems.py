@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -114,7 +115,10 @@ def _headers_for(extra: dict[str, Any]) -> dict[str, str]:
 
 
 def render_problem(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8")
+    # A problem may quote what the client sent (a pointer to a member name holding a lone
+    # surrogate): written as its JSON escape (\ud800), it is still valid JSON.
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), default=str)
+    return text.encode("utf-8", "backslashreplace")
 
 
 def problem_response(
@@ -234,7 +238,63 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     return Response(body, status=body["status"], headers=headers, content_type=CONTENT_TYPE)
 
 
+def nul_in_request(request: HttpRequest, *, form: bool) -> str | None:
+    """Where the request carries a NUL character (``"path"``, ``"query"``, ``"form"``), or None.
+
+    PostgreSQL text cannot hold NUL, so an id such as ``run_%00`` reached the database
+    and failed there with a 500. No id, filter or form field of Holdpoint needs one.
+    """
+    if "\x00" in request.path_info:
+        return "path"
+    if "%00" in request.META.get("QUERY_STRING", "") and _has_nul(request.GET.lists()):
+        return "query"
+    if form and request.method == "POST" and _has_nul(request.POST.lists()):
+        return "form"
+    return None
+
+
+def _has_nul(items: object) -> bool:
+    return any(
+        "\x00" in key or any("\x00" in str(value) for value in values)
+        for key, values in items  # type: ignore[attr-defined]
+    )
+
+
 # --- Middleware ----------------------------------------------------------------------------------
+
+
+# PostgreSQL stores neither NUL (text, jsonb) nor a lone UTF-16 surrogate (not UTF-8), which
+# JSON's \u0000 and \ud800 escapes can carry into any string of a body.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_UNSTORABLE_REPORTED = 10
+
+
+def json_unstorable_strings(value: Any) -> list[dict[str, str]]:
+    """``[{pointer, message}]`` for each string (member names too) holding a NUL or a lone
+    surrogate, at most ``_UNSTORABLE_REPORTED`` of them (iterative: no recursion)."""
+    errors: list[dict[str, str]] = []
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack and len(errors) < _UNSTORABLE_REPORTED:
+        item, pointer = stack.pop()
+        if isinstance(item, str):
+            found = _UNSTORABLE.search(item)
+            if found is not None:
+                what = "a NUL character" if found.group() == "\x00" else "a lone surrogate"
+                errors.append({"pointer": pointer or "/", "message": f"The string holds {what}."})
+        elif isinstance(item, dict):
+            for name, child in item.items():
+                member = f"{pointer}/{_escape_pointer(name)}"
+                if _UNSTORABLE.search(name):
+                    errors.append(
+                        {
+                            "pointer": member,
+                            "message": "The member name holds a NUL character or a lone surrogate.",
+                        }
+                    )
+                stack.append((child, member))
+        elif isinstance(item, list):
+            stack.extend((child, f"{pointer}/{index}") for index, child in enumerate(item))
+    return errors
 
 
 def _is_json(content_type: str) -> bool:
@@ -263,6 +323,13 @@ class ApiBoundaryMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if not request.path.startswith(API_PREFIX):
             return self.get_response(request)
+        where = nul_in_request(request, form=False)
+        if where is not None:
+            return problem_response(
+                "malformed_request",
+                f"The {where} of the request contains a NUL character; no id or filter takes one.",
+                instance=request.path,
+            )
         refused = self._refuse_body(request)
         if refused is not None:
             return refused
@@ -307,6 +374,14 @@ class ApiBoundaryMiddleware:
                 f"The JSON body nests deeper than {MAX_JSON_DEPTH} levels.",
                 instance=request.path,
                 max_depth=MAX_JSON_DEPTH,
+            )
+        unstorable = json_unstorable_strings(value)
+        if unstorable:
+            return problem_response(
+                "invalid_input",
+                "The JSON body contains characters that cannot be stored; see errors.",
+                instance=request.path,
+                errors=unstorable,
             )
         return None
 

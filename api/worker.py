@@ -39,7 +39,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from api.authentication import IsWorker, WorkerTokenAuthentication
+from api.authentication import AnonymousRateAuthentication, IsWorker, WorkerTokenAuthentication
 from api.base import BODY_CODES, idempotency_key_parameter, problems, validated
 from api.idempotency import IdempotentMixin
 from api.serializers import CheckpointSerializer, InputRequestSerializer, utc
@@ -47,13 +47,15 @@ from runs import services
 from runs.models import Run
 from runs.states import RequestKind
 
-WORKER_AUTH_CODES = ("not_authenticated", "authentication_failed", "permission_denied")
+WORKER_AUTH_CODES = ("not_authenticated", "authentication_failed", "permission_denied", "throttled")
 FENCE_CODES = ("stale_after_cancel", "stale_worker", "not_found")
 KEY_CODES = ("idempotency_key_malformed", "idempotency_key_reused", "idempotency_in_progress")
 
 
 class WorkerApiView(IdempotentMixin, APIView):
-    authentication_classes = [WorkerTokenAuthentication]
+    # Without a worker token a request is counted as anonymous (per address) before IsWorker
+    # refuses it.
+    authentication_classes = [WorkerTokenAuthentication, AnonymousRateAuthentication]
     permission_classes = [IsWorker]
     idempotency_required = False
 
@@ -157,7 +159,7 @@ class WorkerClaimApi(WorkerApiView):
         class Meta:
             ref_name = "WorkerClaimInput"
 
-        worker_id = serializers.CharField(max_length=200)
+        worker_id = serializers.CharField(max_length=services.WORKER_ID_MAX_LENGTH)
         agents = serializers.ListField(
             child=serializers.CharField(max_length=100), required=False, max_length=1000
         )

@@ -1,7 +1,8 @@
 """How runs, requests, actions and events read on the page.
 
 Everything here returns plain text or small dataclasses; templates escape all of
-it. Agent-provided text is never marked safe.
+it. Agent-provided text is never marked safe: the only HTML made here is ``isolate``'s
+``<bdi>`` around text escaped by ``format_html``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.utils import formats, timezone
+from django.utils.html import conditional_escape, format_html
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, pgettext
 
@@ -117,9 +120,18 @@ class DiffLine:
     text: str
 
 
+def isolate(value: Any) -> SafeString:
+    """``value`` escaped inside ``<bdi>``: a bidi isolate, so a right-to-left override in
+    agent text cannot reorder the words around it (a tool shown after the target, "— cannot
+    be undone"), and the text takes the direction of its own first strong character."""
+    return format_html("<bdi>{}</bdi>", value)
+
+
 @dataclass
 class ActionView:
     title: str
+    # The same title as HTML, each agent-given part (target, name, verb) isolated.
+    title_html: SafeString
     name: str  # what is done: the action's name (update_auth_config), else the tool's
     tool: str
     target: str
@@ -219,18 +231,23 @@ def describe_action(action: Any) -> ActionView:
         # update_auth_config -> "Update staging/auth/config via update_auth_config" (UX 1).
         verb = name.split("_", 1)[0]
     title = _first(data, _TITLE_KEYS)
+    template, parts = "%(title)s", {"title": str(title or "")}
     if title:
-        title = str(title)
+        pass
     elif verb and target:
-        title = _("%(verb)s %(target)s via %(name)s") % {
-            "verb": str(verb).capitalize(),
-            "target": target,
-            "name": name,
-        }
+        template = _("%(verb)s %(target)s via %(name)s")
+        parts = {"verb": str(verb).capitalize(), "target": target, "name": name}
     elif target:
-        title = _("%(name)s on %(target)s") % {"name": name, "target": target}
+        template = _("%(name)s on %(target)s")
+        parts = {"name": name, "target": target}
     else:
-        title = _("Run %(name)s") % {"name": name}
+        template = _("Run %(name)s")
+        parts = {"name": name}
+    title = template % parts
+    # The words of the translation are ours and escaped; each part the agent gave is isolated.
+    title_html = mark_safe(  # noqa: S308 - every piece is escaped above
+        conditional_escape(template) % {key: isolate(value) for key, value in parts.items()}
+    )
     reversibility = str(data.get("reversibility") or "")
     compensation = _first(data, _COMPENSATION_KEYS)
     change = _first(data, _CHANGE_KEYS)
@@ -268,6 +285,7 @@ def describe_action(action: Any) -> ActionView:
     arguments += [(str(k), as_text(v)) for k, v in data.items() if k not in _SHOWN_KEYS]
     return ActionView(
         title=title,
+        title_html=title_html,
         name=name,
         tool=tool,
         target=target,
@@ -286,6 +304,13 @@ def request_title(req: InputRequest) -> str:
     if req.kind == RequestKind.AUTH_REQUIRED:
         return describe_action(req.action).title
     return req.prompt
+
+
+def request_title_html(req: InputRequest) -> SafeString:
+    """``request_title`` as HTML, with the agent's text isolated (``isolate``)."""
+    if req.kind == RequestKind.AUTH_REQUIRED:
+        return describe_action(req.action).title_html
+    return isolate(req.prompt)
 
 
 def decision_of(req: InputRequest) -> str:

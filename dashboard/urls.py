@@ -10,6 +10,7 @@ from django.views.i18n import JavaScriptCatalog
 
 from dashboard import views
 from dashboard.views import side_effects
+from dashboard.views.login import login
 
 # app.js's words (djangojs catalog of locale/). A script file, not inline (CSP); the page
 # names its language in the URL, so a cached catalog never answers for another language.
@@ -29,11 +30,7 @@ side_effect_urlpatterns: list[URLPattern | URLResolver] = [
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("side-effects/", include((side_effect_urlpatterns, "ledger"))),
-    path(
-        "login/",
-        auth_views.LoginView.as_view(redirect_authenticated_user=True),
-        name="login",
-    ),
+    path("login/", login, name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("i18n/", include("django.conf.urls.i18n")),
     path("jsi18n/", javascript_catalog, name="javascript-catalog"),

@@ -16,7 +16,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 
 from dashboard.actions import new_idempotency_key
-from dashboard.present import absolute, ago_text, clock, expires_text
+from dashboard.present import absolute, ago_text, clock, expires_text, isolate
 from runs.selectors import inbox_for_user
 
 register = template.Library()
@@ -33,6 +33,14 @@ def inbox_count(context: template.Context) -> int:
         cached = inbox_for_user(user=request.user).count()
         request._holdpoint_inbox_count = cached
     return cached
+
+
+@register.filter
+def bdi(value: Any) -> SafeString:
+    """``{{ req.target|bdi }}``: agent text escaped inside ``<bdi>`` (``isolate``), so a
+    right-to-left override in it cannot reorder the text around it. For element content
+    only, never inside an attribute."""
+    return isolate(value)
 
 
 @register.simple_tag

@@ -25,8 +25,10 @@ from dashboard.present import (
     context_items,
     decision_of,
     describe_action,
+    isolate,
     request_outcome_text,
     request_title,
+    request_title_html,
     who,
 )
 from dashboard.schema_forms import SchemaForm
@@ -45,6 +47,7 @@ class RequestCard:
     who_can: str
     key: str
     title: str = ""
+    title_html: str = ""  # the title with the agent's text isolated (<bdi>)
     form: SchemaForm | None = None
     approval: ApprovalForm | None = None
     action: ActionView | None = None
@@ -144,6 +147,7 @@ def build_card(
     )
     try:
         card.title = request_title(req)
+        card.title_html = request_title_html(req)
         card.context = context_items(req.context)
         if req.kind == RequestKind.AUTH_REQUIRED:
             card.action = describe_action(req.action)
@@ -157,6 +161,7 @@ def build_card(
             "error": type(exc).__name__
         }
         card.title = req.prompt
+        card.title_html = isolate(req.prompt)
         card.form = None
         card.approval = None
     if card.broken:

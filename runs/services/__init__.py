@@ -12,6 +12,7 @@ from runs.services.control import (
 )
 from runs.services.failures import attempt_fail
 from runs.services.lifecycle import (
+    WORKER_ID_MAX_LENGTH,
     Heartbeat,
     Lease,
     attempt_claim,
@@ -33,6 +34,7 @@ from runs.services.sweeps import (
 )
 
 __all__ = [
+    "WORKER_ID_MAX_LENGTH",
     "Heartbeat",
     "Lease",
     "UserLike",

@@ -152,13 +152,19 @@ _CLAIMED_ATTEMPT_FIELDS = [
 ]
 
 
+# The worker's events name it "worker:<worker_id>" in RunEvent.actor (200 characters).
+WORKER_ID_MAX_LENGTH = 200 - len("worker:")
+
+
 @transaction.atomic(durable=True)
 def attempt_claim(
     *, worker_id: str, agents: list[str] | None = None, lease_seconds: float | None = None
 ) -> Lease | None:
     """Lease the next due attempt to ``worker_id``. Return the lease, or None when no work is ready."""
-    if not worker_id or len(worker_id) > 200:
-        raise HoldpointError("invalid_input", "worker_id must be 1 to 200 characters.")
+    if not worker_id or len(worker_id) > WORKER_ID_MAX_LENGTH:
+        raise HoldpointError(
+            "invalid_input", f"worker_id must be 1 to {WORKER_ID_MAX_LENGTH} characters."
+        )
     seconds = lease_seconds_or_default(lease_seconds)
     # SKIP LOCKED: concurrent claimers each take a different run instead of queueing
     # behind one another; the partial index run_claimable_idx serves this query. The

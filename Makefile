@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint fmt migrate sweep worker web clean browser-deps messages bench chaos chaos-short
+.PHONY: run test test-fast lint fmt migrate sweep worker web clean browser-deps messages bench chaos chaos-short
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,13 +29,18 @@ run: $(STAMP)
 test: $(STAMP) browser-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+## The inner loop: no browser, no chaos run, no schema fuzzing or state machine.
+test-fast: $(STAMP)
+	$(PY) -m pytest --ignore=tests/browser --ignore=tests/chaos -m "not slow" $(PYTEST_ARGS)
+
 browser-deps:
 	@bash scripts/ensure-chromium
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy runs ledger runtime config
+	$(VENV)/bin/mypy runs ledger runtime config api dashboard live
+	$(VENV)/bin/lint-imports
 
 fmt: $(STAMP)
 	$(VENV)/bin/ruff format .

@@ -545,6 +545,8 @@ def main(argv: list[str] | None = None) -> int:
             "HOLDPOINT_WEBHOOK_LOOKUP_URL": f"http://127.0.0.1:{hook_port}/deliveries/{{idempotency_key}}",
             "HOLDPOINT_LEDGER_SETTLE_SECONDS": "2",
             "HOLDPOINT_WEBHOOK_TIMEOUT_SECONDS": "2",
+            # The receiver is on loopback, which the outbound guard refuses by default.
+            "HOLDPOINT_OUTBOUND_ALLOW_LOCAL": "true",
             "HOLDPOINT_IDEMPOTENCY_IN_PROGRESS_SECONDS": "5",
             "HOLDPOINT_LEASE_SECONDS": str(opts.lease_seconds),
             "HOLDPOINT_CONFIG_STORE_DIR": str(config_root),

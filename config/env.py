@@ -67,6 +67,23 @@ def env_list(name: str, default: list[str] | None = None) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_destinations(name: str) -> list[str]:
+    """A comma-separated allow list of host names, ``*.suffix`` names, addresses and CIDRs
+    (``hooks.example.com, *.corp.example, 203.0.113.0/24``)."""
+    from ledger.outbound import parse_allow_entry
+
+    entries = env_list(name)
+    for entry in entries:
+        try:
+            parse_allow_entry(entry)
+        except ValueError as exc:
+            raise ImproperlyConfigured(
+                f"{name}: {exc}; use host names, *.example.com, addresses or CIDRs "
+                "separated by commas."
+            ) from None
+    return entries
+
+
 def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     value = os.environ.get(name, default).strip().lower()
     if value not in choices:

@@ -16,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from config.env import (
     env_bool,
     env_choice,
+    env_destinations,
     env_float,
     env_int,
     env_list,
@@ -64,12 +65,16 @@ INSTALLED_APPS = [
     "runs",
     "ledger",
     "runtime",
+    "api",
+    "dashboard",
+    "live",
+    "config",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Under /api/: oversized or deeply nested bodies are refused before any other work.
-    "runs.problems.ApiBoundaryMiddleware",
+    "api.problems.ApiBoundaryMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
@@ -212,14 +217,14 @@ REST_FRAMEWORK = {
     # (a session has none, which would turn "not logged in" into a 403).
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",
-        "runs.authentication.CsrfSessionAuthentication",
+        "api.authentication.CsrfSessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     # Every error is application/problem+json with a stable code (runs/problems.py).
-    "EXCEPTION_HANDLER": "runs.problems.exception_handler",
+    "EXCEPTION_HANDLER": "api.problems.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Holdpoint API",
@@ -258,6 +263,17 @@ HOLDPOINT_LEDGER_SETTLE_SECONDS = env_int("HOLDPOINT_LEDGER_SETTLE_SECONDS", 300
 HOLDPOINT_WEBHOOK_TIMEOUT_SECONDS = env_float(
     "HOLDPOINT_WEBHOOK_TIMEOUT_SECONDS", 10.0, minimum=0.1
 )
+# Where outbound calls (the webhook tool, its look-ups and compensations) may go
+# (ledger/outbound.py): when set, only these host names, *.suffixes, addresses and CIDRs.
+HOLDPOINT_WEBHOOK_ALLOW = env_destinations("HOLDPOINT_WEBHOOK_ALLOW")
+# Private, loopback and link-local destinations are refused unless the allow list names
+# them or this is on: for the demo receiver, the tests and the chaos harness only.
+HOLDPOINT_OUTBOUND_ALLOW_LOCAL = env_bool("HOLDPOINT_OUTBOUND_ALLOW_LOCAL", False)
+# The most of a reply body that is read (and stored), and the longest one call may take.
+HOLDPOINT_OUTBOUND_MAX_REPLY_BYTES = env_int(
+    "HOLDPOINT_OUTBOUND_MAX_REPLY_BYTES", 64 * 1024, minimum=1024
+)
+HOLDPOINT_OUTBOUND_TOTAL_SECONDS = env_float("HOLDPOINT_OUTBOUND_TOTAL_SECONDS", 30.0, minimum=1.0)
 HOLDPOINT_WEBHOOK_LOOKUP_URL = env_str("HOLDPOINT_WEBHOOK_LOOKUP_URL")
 if HOLDPOINT_WEBHOOK_LOOKUP_URL and "{idempotency_key}" not in HOLDPOINT_WEBHOOK_LOOKUP_URL:
     raise ImproperlyConfigured(
@@ -290,6 +306,9 @@ LOGGING = {
 }
 # When set, /metrics requires "Authorization: Bearer <token>".
 HOLDPOINT_METRICS_TOKEN = env_str("HOLDPOINT_METRICS_TOKEN")
+# Without a token, /metrics answers anyone only when this is on: by default outside
+# production, never by default in production (`check --deploy` warns either way).
+HOLDPOINT_METRICS_PUBLIC = env_bool("HOLDPOINT_METRICS_PUBLIC", not PRODUCTION)
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "holdpoint@localhost")

@@ -21,6 +21,16 @@ from runs.groups import ensure_default_groups
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
+# The tests' webhook receivers listen on loopback, which the outbound guard refuses by
+# default (ledger/outbound.py). Worker and server processes the tests start inherit this;
+# tests/security turns it off again where the guard itself is tested.
+os.environ.setdefault("HOLDPOINT_OUTBOUND_ALLOW_LOCAL", "true")
+
+
+@pytest.fixture(autouse=True)
+def _outbound_allows_loopback(settings: Any) -> None:
+    settings.HOLDPOINT_OUTBOUND_ALLOW_LOCAL = True
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     on_postgres = bool(os.environ.get("DATABASE_URL"))

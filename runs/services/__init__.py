@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from runs.services._base import UserLike, actor_for, lock_for_worker_write, lock_run, user_or_none
 from runs.services.control import (
     register_retry_guard,
     retry_blockers,
@@ -34,6 +35,8 @@ from runs.services.sweeps import (
 __all__ = [
     "Heartbeat",
     "Lease",
+    "UserLike",
+    "actor_for",
     "attempt_claim",
     "attempt_complete",
     "attempt_fail",
@@ -45,6 +48,8 @@ __all__ = [
     "checkpoint_save",
     "history_purge",
     "leases_expire",
+    "lock_for_worker_write",
+    "lock_run",
     "register_retry_guard",
     "register_sweep",
     "requests_expire",
@@ -54,4 +59,5 @@ __all__ = [
     "run_retry",
     "run_start",
     "sweep_all",
+    "user_or_none",
 ]

@@ -22,8 +22,8 @@ from runs.clock import db_now, row_now, with_db_now
 from runs.errors import HoldpointError
 from runs.events import append_event
 from runs.metrics import measured
-from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent
-from runs.schemas import APPROVAL_SCHEMA, MAX_DEPTH, compile_schema, depth, validate_value
+from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent, claimable_q
+from runs.schemas import APPROVAL_SCHEMA, compile_schema, too_deep, validate_value
 from runs.services._base import (
     UserLike,
     actor_for,
@@ -165,9 +165,7 @@ def attempt_claim(
     # clock is read in the same statement: "due" and the lease's start are one instant.
     due = Now() if connection.vendor == "postgresql" else timezone.now()
     candidates = with_db_now(
-        Run.objects.select_for_update(skip_locked=True, of=("self",)).filter(
-            status__in=[RunStatus.QUEUED, RunStatus.WAITING], not_before__lte=due
-        )
+        Run.objects.select_for_update(skip_locked=True, of=("self",)).filter(claimable_q(due))
     )
     if agents:
         candidates = candidates.filter(agent__in=agents)
@@ -452,7 +450,7 @@ def attempt_log(
         raise HoldpointError("invalid_input", "message must be 1 to 2,000 characters.")
     if level not in LOG_LEVELS:
         raise HoldpointError("invalid_input", f"level must be one of {', '.join(LOG_LEVELS)}.")
-    if data is not None and (not isinstance(data, dict) or depth(data) > MAX_DEPTH):
+    if data is not None and (not isinstance(data, dict) or too_deep(data)):
         raise HoldpointError("invalid_input", "data must be a JSON object.")
     fenced = lock_for_worker_write(
         attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch

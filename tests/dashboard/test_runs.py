@@ -56,7 +56,7 @@ def test_it_lists_runs_newest_first_with_counts_per_status(client: Client, viewe
 def test_tab_counts_stop_at_a_cap_instead_of_scanning_every_run(
     client: Client, viewer: User, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runs.views import runs as runs_views
+    from dashboard.views import runs as runs_views
 
     monkeypatch.setattr(runs_views, "COUNT_CAP", 2)
     for _ in range(3):

@@ -55,7 +55,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
 def metrics(request: HttpRequest) -> HttpResponse:
     token = settings.HOLDPOINT_METRICS_TOKEN
     if not token and not settings.HOLDPOINT_METRICS_PUBLIC:
-        # Production without a token: the counts are nobody's business (runs/checks.py).
+        # Production without a token: the counts are nobody's business (config/checks.py).
         return HttpResponse(
             "metrics are off: set HOLDPOINT_METRICS_TOKEN (or HOLDPOINT_METRICS_PUBLIC=true)\n",
             status=403,

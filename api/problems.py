@@ -38,7 +38,7 @@ from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
-from runs.errors import ERROR_STATUS, HoldpointError
+from runs.errors import ERROR_STATUS, ERRORS, HoldpointError
 from runs.schemas import MAX_JSON_DEPTH
 from runs.schemas import too_deep as too_deep_json
 
@@ -47,44 +47,14 @@ logger = logging.getLogger(__name__)
 CONTENT_TYPE = "application/problem+json"
 API_PREFIX = "/api/"
 
-TITLES: dict[str, str] = {
-    "stale_after_cancel": "Stale after cancel",
-    "stale_worker": "Stale worker",
-    "request_mismatch": "Request mismatch",
-    "stale_checkpoint": "Stale checkpoint",
-    "request_expired": "Request expired",
-    "invalid_state": "Invalid state",
-    "retry_not_allowed": "Retry not allowed",
-    "side_effect_unknown": "Side effect unknown",
-    "approval_required": "Approval required",
-    "idempotency_in_progress": "Idempotent request in progress",
-    "idempotency_key_reused": "Idempotency key reused",
-    "idempotency_key_missing": "Idempotency key missing",
-    "idempotency_key_malformed": "Idempotency key malformed",
-    "invalid_input": "Invalid input",
-    "destination_not_allowed": "Destination not allowed",
-    "unknown_agent": "Unknown agent",
-    "not_found": "Not found",
-    "permission_denied": "Permission denied",
-    "not_authenticated": "Not authenticated",
-    "authentication_failed": "Authentication failed",
-    "csrf_failed": "CSRF check failed",
-    "malformed_request": "Malformed request",
-    "payload_too_large": "Payload too large",
-    "method_not_allowed": "Method not allowed",
-    "not_acceptable": "Not acceptable",
-    "unsupported_media_type": "Unsupported media type",
-    "throttled": "Too many requests",
-    "server_error": "Server error",
-}
-
 
 def problem_type(code: str) -> str:
     return f"urn:holdpoint:problem:{code}"
 
 
 def title_for(code: str) -> str:
-    return TITLES.get(code) or code.replace("_", " ").capitalize()
+    kind = ERRORS.get(code)
+    return kind.title if kind else code.replace("_", " ").capitalize()
 
 
 def problem_body(

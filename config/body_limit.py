@@ -18,7 +18,7 @@ Every request (API, dashboard forms, login) passes two guards, both answering ``
   ASGI server: the same two refusals on the ``http.request`` messages, before Django's
   handler reads (and spools) the body.
 
-``runs.problems.ApiBoundaryMiddleware`` keeps its own check inside Django as a last line.
+``api.problems.ApiBoundaryMiddleware`` keeps its own check inside Django as a last line.
 The reverse proxy in front should refuse large bodies first (docs/operations.md).
 """
 
@@ -29,7 +29,7 @@ from typing import Any
 
 from django.conf import settings
 
-from runs.problems import CONTENT_TYPE, problem_body, render_problem
+from api.problems import CONTENT_TYPE, problem_body, render_problem
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

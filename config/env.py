@@ -12,6 +12,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
+from runs.rates import parse_rate
+
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -90,6 +92,7 @@ def env_host_headers(name: str) -> dict[str, dict[str, str]]:
     import json
 
     from ledger.outbound import check_headers
+    from ledger.tools import ActionFailed
 
     raw = os.environ.get(name, "").strip()
     if not raw:
@@ -106,7 +109,7 @@ def env_host_headers(name: str) -> dict[str, dict[str, str]]:
     for host, headers in value.items():
         try:
             parsed[str(host).lower().rstrip(".")] = check_headers(headers)
-        except Exception as exc:  # ActionFailed: a bad name or value, said in its message
+        except ActionFailed as exc:  # a bad name or value, said in its message
             raise ImproperlyConfigured(f"{name}[{host!r}]: {exc}") from None
     return parsed
 
@@ -115,6 +118,16 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     value = os.environ.get(name, default).strip().lower()
     if value not in choices:
         raise ImproperlyConfigured(f"{name}={value!r} must be one of: {', '.join(choices)}.")
+    return value
+
+
+def env_rate(name: str, default: str) -> str:
+    """A rate (``600/min``, ``5/15min``, ``off``) checked now, kept as written."""
+    value = os.environ.get(name, default).strip()
+    try:
+        parse_rate(value)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}: {exc}.") from None
     return value
 
 

@@ -14,7 +14,7 @@ from django.http import Http404
 from django.utils.translation import gettext, gettext_noop, ngettext
 
 from ledger.models import Reversibility, SideEffect, SideEffectStatus
-from ledger.services._common import needs_reconciliation_q, stale_pending_q
+from ledger.services import needs_reconciliation_q, stale_pending_q
 from ledger.tools import can_compensate, get_tool
 from runs.errors import HoldpointError
 from runs.models import Run

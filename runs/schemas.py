@@ -34,8 +34,9 @@ _SCHEMA_KEYWORDS = {
     "$ref",
     "not",
 }
-# Nesting deeper than this is refused: it only ever comes from a bug or an attack.
-MAX_DEPTH = 32
+# JSON nested deeper than this is refused, whether a request body (api/problems.py), a
+# schema or a value the services store: it only ever comes from a bug or an attack.
+MAX_JSON_DEPTH = 32
 APPROVAL_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -161,8 +162,10 @@ def compile_schema(schema: Any) -> dict[str, Any]:
     """Return a checked JSON Schema (draft 2020-12) for ``schema`` or raise ``invalid_input``."""
     if not isinstance(schema, dict):
         raise HoldpointError("invalid_input", "accepted_schema must be a JSON object.")
-    if depth(schema) > MAX_DEPTH:
-        raise HoldpointError("invalid_input", f"The schema nests deeper than {MAX_DEPTH} levels.")
+    if too_deep(schema):
+        raise HoldpointError(
+            "invalid_input", f"The schema nests deeper than {MAX_JSON_DEPTH} levels."
+        )
     if _is_compact(schema):
         properties: dict[str, Any] = {}
         required: list[str] = []
@@ -208,15 +211,22 @@ def validate_value(schema: dict[str, Any], value: Any, *, what: str = "value") -
         )
 
 
-def depth(value: Any, _level: int = 0) -> int:
-    """Nesting depth of a JSON value, stopping early past MAX_DEPTH."""
-    if _level > MAX_DEPTH:
-        return _level
-    if isinstance(value, dict):
-        return max((depth(v, _level + 1) for v in value.values()), default=_level + 1)
-    if isinstance(value, list):
-        return max((depth(v, _level + 1) for v in value), default=_level + 1)
-    return _level
+def too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``value`` nests containers deeper than ``limit`` (``{}`` is one level).
+    Iterative, so a hostile value cannot exhaust the stack."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if level + 1 > limit:
+            return True
+        stack.extend((child, level + 1) for child in children)
+    return False
 
 
 def canonical_json(value: Any) -> str:

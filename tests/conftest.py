@@ -85,6 +85,29 @@ def browser() -> Iterator[Any]:
         chromium.close()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_rate_limits() -> None:
+    """Each test starts with no rate-limit counts and no lockouts (runs/ratelimit.py): the
+    cache may be Redis, shared by every test and every run. The database cache is part of
+    each test's transaction and needs nothing."""
+    from django.core.cache import caches
+    from django.core.cache.backends.db import DatabaseCache
+    from django.core.cache.backends.redis import RedisCache
+
+    from runs.ratelimit import PREFIX
+
+    backend = caches["default"]
+    if isinstance(backend, DatabaseCache):
+        return
+    if isinstance(backend, RedisCache):
+        client = backend._cache.get_client(write=True)
+        keys = list(client.scan_iter(match=f"*:{PREFIX}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+        return
+    backend.clear()
+
+
 TEST_AGENT = "test-agent"
 
 

@@ -37,7 +37,7 @@ from ledger.services._common import (
 from ledger.tools import ActionFailed, Tool, can_compensate, get_tool
 from runs.errors import HoldpointError
 from runs.models import Attempt, InputRequest, Run
-from runs.services._base import lock_for_worker_write
+from runs.services import lock_for_worker_write
 from runs.states import RequestKind, RequestStatus
 
 Decision = Literal["act", "look_up", "reuse"]

@@ -193,35 +193,34 @@ def test_it_refuses_a_worker_id_longer_than_the_actor_column_takes(
     assert RunEvent.objects.get(type="attempt.claimed").actor == "worker:" + "w" * 193
 
 
-def test_it_records_a_compensation_with_crlf_in_its_headers_as_failed(
+def test_it_refuses_crlf_in_compensating_headers_before_anything_is_recorded(
     clients: dict[str, Any], db: None
 ) -> None:
+    # The guarded outbound client (ledger/outbound.py) checks a compensating action's
+    # headers when the effect begins: a CRLF could split the request later, at undo time.
     start()
     lease = claim("w3")
-    effect = begin(
-        lease,
-        reversibility="compensable",
-        compensating_action={
-            "url": "http://127.0.0.1:9/undo",
-            "headers": {"X-Note": "a\r\nHost: internal.example"},
+    response = clients["worker"].post(
+        f"/api/worker/attempts/{lease.attempt_id}/side-effects",
+        {
+            **{k: v for k, v in epochs(lease).items() if k != "attempt_id"},
+            "step_id": "notify",
+            "tool": "webhook",
+            "target": "deploy-hook",
+            "request": {"url": "http://127.0.0.1:9/x", "body": {}},
+            "reversibility": "compensable",
+            "compensating_action": {
+                "url": "http://127.0.0.1:9/undo",
+                "headers": {"X-Note": "a\r\nHost: internal.example"},
+            },
         },
-    )
-    outcome = clients["worker"].post(
-        f"/api/worker/side-effects/{effect.operation_id}/outcome",
-        {"status": "confirmed", **{k: v for k, v in epochs(lease).items() if k != "attempt_id"}},
         format="json",
+        HTTP_IDEMPOTENCY_KEY="begin-crlf",
     )
-    assert outcome.status_code == 200, outcome.content
-    response = clients["api"].post(
-        f"/api/side-effects/{effect.operation_id}/compensate",
-        {},
-        format="json",
-        HTTP_IDEMPOTENCY_KEY="undo-1",
-    )
-    assert response.status_code < 500, response.content
-    effect = SideEffect.objects.get(pk=effect.operation_id)
-    assert effect.status == "compensation_failed"
-    assert "line break" in effect.compensation_error["message"]
+    assert response.status_code == 422, response.content
+    assert response.json()["code"] == "invalid_input"
+    assert "one line" in response.json()["detail"]
+    assert not SideEffect.objects.exists()
 
 
 # --- Every path parameter ---------------------------------------------------------------------

@@ -178,6 +178,9 @@ def install_daphne_guard() -> None:
 
         def gotLength(self, length: int | None) -> None:
             if length is not None and length > body_limit():
+                # No "100 Continue" after the refusal: a client that asked first (curl
+                # does for large bodies) then sends nothing at all.
+                self.requestHeaders.removeHeader(b"Expect")
                 self._refuse(declared=length)
                 return
             super().gotLength(length)

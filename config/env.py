@@ -86,6 +86,34 @@ def env_destinations(name: str) -> list[str]:
     return entries
 
 
+def env_host_headers(name: str) -> dict[str, dict[str, str]]:
+    """A JSON object of host name -> {header: value}: ``{"hooks.example.com":
+    {"Authorization": "Bearer …"}}``."""
+    import json
+
+    from ledger.outbound import check_headers
+    from ledger.tools import ActionFailed
+
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} is not JSON.") from None
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(
+            f'{name} must be a JSON object: {{"host": {{"Header": "value"}}}}.'
+        )
+    parsed: dict[str, dict[str, str]] = {}
+    for host, headers in value.items():
+        try:
+            parsed[str(host).lower().rstrip(".")] = check_headers(headers)
+        except ActionFailed as exc:  # a bad name or value, said in its message
+            raise ImproperlyConfigured(f"{name}[{host!r}]: {exc}") from None
+    return parsed
+
+
 def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     value = os.environ.get(name, default).strip().lower()
     if value not in choices:

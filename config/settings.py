@@ -19,6 +19,7 @@ from config.env import (
     env_choice,
     env_destinations,
     env_float,
+    env_host_headers,
     env_int,
     env_list,
     env_rate,
@@ -340,6 +341,10 @@ HOLDPOINT_WEBHOOK_ALLOW = env_destinations("HOLDPOINT_WEBHOOK_ALLOW")
 # Private, loopback and link-local destinations are refused unless the allow list names
 # them or this is on: for the demo receiver, the tests and the chaos harness only.
 HOLDPOINT_OUTBOUND_ALLOW_LOCAL = env_bool("HOLDPOINT_OUTBOUND_ALLOW_LOCAL", False)
+# Headers the outbound client adds to every call to a host (JSON: {"host": {"Name": "v"}}),
+# for credentials that agents should not hold or that the ledger never stores: a
+# compensation run by the web process and the look-ups use them too.
+HOLDPOINT_WEBHOOK_HEADERS = env_host_headers("HOLDPOINT_WEBHOOK_HEADERS")
 # The most of a reply body that is read (and stored), and the longest one call may take.
 HOLDPOINT_OUTBOUND_MAX_REPLY_BYTES = env_int(
     "HOLDPOINT_OUTBOUND_MAX_REPLY_BYTES", 64 * 1024, minimum=1024

@@ -16,6 +16,9 @@ runs when a person compensates) sends through ``send`` and nothing else. The gua
   ``Host`` header and TLS server name stay the URL's host.
 - **Headers.** Agents may not set ``Host``, ``Content-Length``, ``Expect`` or
   hop-by-hop headers, nor names that are not HTTP tokens or values with CR, LF or NUL.
+- **Operator headers.** ``HOLDPOINT_WEBHOOK_HEADERS`` adds headers (credentials) to every
+  call to a host, where the call does not set them: they live in the environment, never
+  in the ledger, so compensations and look-ups can authenticate too.
 - **Limits.** Each socket operation waits at most the tool's timeout, the whole call at
   most ``HOLDPOINT_OUTBOUND_TOTAL_SECONDS``; at most ``HOLDPOINT_OUTBOUND_MAX_REPLY_BYTES``
   of a reply body are read (and so stored); no redirects are followed, no proxy is used.
@@ -430,6 +433,13 @@ def send(
     total = float(total_seconds or settings.HOLDPOINT_OUTBOUND_TOTAL_SECONDS)
     destination = parse_url(url)
     headers = check_headers(headers)
+    configured = (getattr(settings, "HOLDPOINT_WEBHOOK_HEADERS", None) or {}).get(
+        destination.host.rstrip(".")
+    )
+    if configured:
+        # The operator's credentials for this host, where the call does not bring its own.
+        present = {name.lower() for name in headers}
+        headers.update({k: v for k, v in configured.items() if k.lower() not in present})
     addresses = resolve(destination)
     check_destination(url, addresses=addresses)
     deadline = time.monotonic() + total

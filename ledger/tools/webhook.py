@@ -12,6 +12,13 @@ Lookup is a configurable GET (``HOLDPOINT_WEBHOOK_LOOKUP_URL``, a template with
 A POST cannot be taken back by us, so the tool is ``irreversible`` by default. An
 agent may declare one call ``compensable`` by giving a compensating action
 ``{"url": …, "body": …}``: compensation POSTs it with its own idempotency key.
+
+Every call (act, look-up, compensation) goes through ``ledger.outbound``: the
+destination policy, the address pinned after the check, no ``Host`` or hop-by-hop
+headers from agents, and limits on the reply. A refused destination is
+``ActionFailed`` (``failed``): nothing was sent. Secret headers (``Authorization``,
+cookies, API keys…) are sent as given but stored redacted, so a compensation run later
+from the stored action goes without them, and a look-up sends none.
 """
 
 from __future__ import annotations

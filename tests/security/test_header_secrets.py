@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -132,3 +133,50 @@ def test_a_worker_over_http_gets_its_request_stored_redacted(recorder: Recorder)
     effect = SideEffect.objects.get(pk=answer.json()["operation_id"])
     for value in VALUES:
         assert value not in _stored_text(effect)
+
+
+def test_operator_headers_authenticate_what_the_ledger_cannot(
+    settings: Any, recorder: Recorder, operator: User
+) -> None:
+    # The agent's own credential is not stored, so the web process cannot send it when a
+    # person compensates; the operator's per-host credential (from the environment) is.
+    settings.HOLDPOINT_WEBHOOK_HEADERS = {"127.0.0.1": {"Authorization": "Bearer OPS-KAPPA"}}
+    start()
+    lease = claim()
+    done = ledger.side_effect_perform(
+        **epochs(lease),
+        step_id="notify",
+        tool="webhook",
+        target="deploy-hook",
+        request={"url": recorder.url(), "headers": {"Authorization": "Bearer agent-LAMBDA"}},
+        reversibility="compensable",
+        compensating_action={"url": recorder.url("/undo"), "headers": dict(SECRETS)},
+    )
+    assert recorder.seen[0].headers["Authorization"] == "Bearer agent-LAMBDA"  # its own wins
+    response = api_post(
+        client_for(operator),
+        f"/api/side-effects/{done.side_effect.operation_id}/compensate",
+        key="u-2",
+    )
+    assert response.json()["status"] == "compensated"
+    assert recorder.seen[-1].headers["Authorization"] == "Bearer OPS-KAPPA"
+    stored = _stored_text(done.side_effect) + json.dumps(response.json())
+    assert "OPS-KAPPA" not in stored and "agent-LAMBDA" not in stored
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("not json", "is not JSON"),
+        ('["x"]', "must be a JSON object"),
+        ('{"h.example": {"Host": "x"}}', "set by the HTTP client"),
+        ('{"h.example": {"X-A": "1\\r\\n2"}}', "must be one line"),
+    ],
+)
+def test_bad_operator_headers_stop_start_up(tmp_path: Any, raw: str, message: str) -> None:
+    from tests.ops.test_settings import manage
+
+    result = manage("check", HOLDPOINT_VAR_DIR=str(tmp_path), HOLDPOINT_WEBHOOK_HEADERS=raw)
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr
+    assert message in result.stderr

@@ -91,11 +91,14 @@ def _settings_variables() -> set[str]:
 
 
 def _table_variables(path: Path) -> set[str]:
-    """Variables named in the first cell of a table row."""
+    """Variables a table row is about: its first cell is nothing but variable names
+    (`` `A`, `B` ``). A row of prose that mentions one in passing does not count."""
     names: set[str] = set()
     for line in _prose(path).splitlines():
         match = re.match(r"^\|([^|]+)\|", line)
-        if match:
+        if match and re.fullmatch(
+            r"\s*`[A-Z][A-Z0-9_]{2,}`(\s*,\s*`[A-Z][A-Z0-9_]{2,}`)*\s*", match.group(1)
+        ):
             names |= set(re.findall(r"`([A-Z][A-Z0-9_]{2,})`", match.group(1)))
     return names
 

@@ -50,6 +50,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
+from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import Permission
 from django.contrib.sessions.models import Session
 from django.core.handlers.asgi import ASGIRequest
@@ -59,6 +60,7 @@ from django.middleware.csrf import CsrfViewMiddleware, get_token
 from django.template.loader import render_to_string
 from django.utils import timezone, translation
 from django.utils.crypto import constant_time_compare
+from django.utils.module_loading import import_string
 
 from dashboard.actions import new_idempotency_key, user_timezone
 from dashboard.views.cards import build_card, card_version
@@ -224,7 +226,20 @@ def signed_in_users(scopes: Iterable[dict[str, Any]]) -> dict[str, Viewer | None
     return result
 
 
-MODEL_BACKEND = "django.contrib.auth.backends.ModelBackend"
+def _permissions_are_model_backends() -> bool:
+    """Whether every authentication backend answers permissions as Django's ``ModelBackend``
+    does (a subclass that changes only how people sign in, such as the lockout backend)."""
+    for path in settings.AUTHENTICATION_BACKENDS:
+        backend = import_string(path)
+        if not (
+            isinstance(backend, type)
+            and issubclass(backend, ModelBackend)
+            and backend.get_all_permissions is ModelBackend.get_all_permissions
+            and backend.get_user_permissions is ModelBackend.get_user_permissions
+            and backend.get_group_permissions is ModelBackend.get_group_permissions
+        ):
+            return False
+    return True
 
 
 def permissions_of(users: list[Any]) -> dict[int, Role]:
@@ -235,7 +250,7 @@ def permissions_of(users: list[Any]) -> dict[int, Role]:
     fills each user's permission cache, so ``user.has_perm`` asks the database no more.
     With other authentication backends each user is asked in turn.
     """
-    if list(settings.AUTHENTICATION_BACKENDS) != [MODEL_BACKEND]:
+    if not _permissions_are_model_backends():
         return {
             id(u): Role(frozenset(u.get_all_permissions()), bool(u.is_superuser)) for u in users
         }

@@ -40,7 +40,7 @@ def handshake(application: Any, *, host: str, origin: str | None, scheme: str, c
     async def scenario() -> bool:
         communicator = WebsocketCommunicator(application, "/ws/live/", headers=headers)
         communicator.scope["scheme"] = scheme
-        connected, _ = await communicator.connect()
+        connected, _ = await communicator.connect(timeout=10)
         await communicator.disconnect()
         return bool(connected)
 

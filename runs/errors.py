@@ -28,6 +28,8 @@ ERROR_STATUS: dict[str, int] = {
     "unknown_agent": 422,
     "not_found": 404,
     "permission_denied": 403,
+    # Approving steps when a run is started is an approval: it needs runs.approve_run.
+    "preapproval_not_permitted": 403,
     "not_authenticated": 401,
     "malformed_request": 400,
     "payload_too_large": 413,

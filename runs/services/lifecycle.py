@@ -24,6 +24,7 @@ from runs.events import append_event
 from runs.metrics import measured
 from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent
 from runs.schemas import APPROVAL_SCHEMA, MAX_DEPTH, compile_schema, depth, validate_value
+from runs.selectors import APPROVE
 from runs.services._base import (
     UserLike,
     actor_for,
@@ -80,24 +81,72 @@ def run_start(
     actor: str | None = None,
     approvals: list[str] | None = None,
 ) -> Run:
-    """Create a run of a known agent with a validated input and queue its first attempt."""
+    """Create a run of a known agent with a validated input and queue its first attempt.
+
+    ``approvals`` names steps approved now, at start. Giving them is an approval, so
+    it needs a person holding ``runs.approve_run``: anyone else (an operator, the
+    system, a script without ``user``) is refused ``preapproval_not_permitted`` and
+    nothing is created. The approval is recorded as that person's (event
+    ``run.approved_at_start``; the ledger names them as the approver of what the
+    step then does).
+    """
     spec = agent_spec(agent)
     if spec.input_schema:
         validate_value(compile_schema(spec.input_schema), input, what="input")
-    if approvals is not None and not all(isinstance(a, str) and a for a in approvals):
-        raise HoldpointError("invalid_input", "approvals must be a list of step ids.")
+    steps = _preapproved_steps(approvals)
+    approver = user_or_none(user)
+    if steps and (approver is None or not approver.has_perm(APPROVE)):
+        raise HoldpointError(
+            "preapproval_not_permitted",
+            "Approving steps when a run starts is an approval: it needs the approve "
+            "permission. Start the run without approvals, or ask an approver to start it.",
+            approvals=steps,
+        )
     run = Run.objects.create(
         agent=spec.name,
         input=input,
-        approvals=list(approvals or []),
+        approvals=steps,
         status=RunStatus.QUEUED,
-        created_by=user_or_none(user),
+        created_by=approver,
     )
     actor = actor or actor_for(user)
-    append_event(run, "run.created", actor, {"agent": spec.name, "approvals": run.approvals})
+    approved_by = approver.get_username() if steps else None
+    append_event(
+        run,
+        "run.created",
+        actor,
+        {"agent": spec.name, "approvals": run.approvals, "approved_by": approved_by},
+    )
+    if steps:
+        append_event(
+            run,
+            "run.approved_at_start",
+            actor_for(user),
+            {"steps": steps, "by": approved_by},
+        )
     queue_attempt(run, reason=AttemptReason.INITIAL, resume_from=None, not_before=db_now())
     run.save()
     return run
+
+
+MAX_PREAPPROVALS = 100
+
+
+def _preapproved_steps(approvals: Any) -> list[str]:
+    """The step ids approved at start: 1 to 100 characters each, at most 100, no repeats."""
+    if approvals is None:
+        return []
+    if (
+        not isinstance(approvals, list | tuple)
+        or len(approvals) > MAX_PREAPPROVALS
+        or not all(isinstance(a, str) and 0 < len(a) <= 100 for a in approvals)
+    ):
+        raise HoldpointError(
+            "invalid_input",
+            f"approvals must be a list of at most {MAX_PREAPPROVALS} step ids "
+            "(1 to 100 characters each).",
+        )
+    return list(dict.fromkeys(approvals))
 
 
 def _lease_for(run: Run, attempt: Attempt, lease_seconds: float) -> Lease:

@@ -63,6 +63,11 @@ class ApprovalSerializer(serializers.Serializer):
     by = serializers.CharField(allow_null=True)
     comment = serializers.CharField(allow_blank=True)
     at = serializers.CharField(allow_null=True)
+    action_hash = serializers.CharField(
+        allow_null=True,
+        default=None,
+        help_text="sha256 of the tool, target and request the approval covers.",
+    )
 
 
 class ResolutionSerializer(serializers.Serializer):

@@ -12,7 +12,13 @@
 from __future__ import annotations
 
 from ledger.services._common import compensation_key_for, idempotency_key_for
-from ledger.services.intents import Begin, approval_for, side_effect_begin
+from ledger.services.intents import (
+    Begin,
+    action_hash,
+    approval_for,
+    approved_action_hash,
+    side_effect_begin,
+)
 from ledger.services.outcomes import (
     LookUp,
     Performed,
@@ -27,7 +33,9 @@ __all__ = [
     "Begin",
     "LookUp",
     "Performed",
+    "action_hash",
     "approval_for",
+    "approved_action_hash",
     "compensation_key_for",
     "idempotency_key_for",
     "side_effect_begin",

@@ -74,6 +74,10 @@ class ResumeRequestSerializer(serializers.Serializer):
     step_id = serializers.CharField()
     answer = serializers.JSONField(allow_null=True)
     answered_by = serializers.CharField(allow_null=True)
+    action = serializers.JSONField(
+        allow_null=True,
+        help_text="What an approval showed (tool, target, change); it covers that action only.",
+    )
 
 
 class LeaseSerializer(serializers.Serializer):

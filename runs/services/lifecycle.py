@@ -170,6 +170,7 @@ def _lease_for(run: Run, attempt: Attempt, lease_seconds: float) -> Lease:
             "step_id": request.step_id,
             "answer": request.answer,
             "answered_by": request.answered_by.get_username() if request.answered_by else None,
+            "action": request.action or None,
         }
     assert attempt.lease_expires_at is not None
     return Lease(

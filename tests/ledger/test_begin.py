@@ -186,6 +186,11 @@ def test_an_irreversible_effect_without_approval_is_refused(mailbox: list) -> No
         "tool": "email",
         "target": "ops@example.com",
         "reversibility": "irreversible",
+        "action_hash": ledger.action_hash(
+            tool="email",
+            target="ops@example.com",
+            request={"to": "ops@example.com", "subject": "s", "body": "b"},
+        ),
     }
     assert snapshot(run.id) == before
     assert not SideEffect.objects.exists()

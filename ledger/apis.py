@@ -47,7 +47,7 @@ from runs.apis.base import (
 )
 from runs.apis.idempotency import IdempotentMixin
 from runs.apis.reads import Cursor, QueryValidated
-from runs.apis.worker import KEY_CODES, WORKER_AUTH_CODES, WorkerApiView
+from runs.apis.worker import KEY_CODES, WORKER_AUTH_CODES, WorkerApiView, token_id
 from runs.selectors import RETRY, VIEW, run_get_for_user
 from runs.serializers import UtcDateTimeField
 
@@ -358,6 +358,7 @@ class WorkerSideEffectBeginApi(WorkerApiView):
                 *KEY_CODES,
                 "stale_after_cancel",
                 "stale_worker",
+                "not_your_lease",
                 "not_found",
                 "side_effect_unknown",
                 "approval_required",
@@ -382,6 +383,7 @@ class WorkerSideEffectBeginApi(WorkerApiView):
                     reversibility=data.get("reversibility"),
                     compensating_action=data.get("compensating_action"),
                     idempotency_key=data.get("idempotency_key"),
+                    worker_token_id=token_id(request),
                 )
             return Response(
                 BeginSerializer(

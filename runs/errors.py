@@ -20,6 +20,8 @@ ERROR_STATUS: dict[str, int] = {
     "retry_not_allowed": 409,
     "side_effect_unknown": 409,
     "approval_required": 409,
+    # A fenced worker write from a token other than the one that claimed the attempt.
+    "not_your_lease": 409,
     "idempotency_in_progress": 409,
     "idempotency_key_reused": 422,
     "idempotency_key_missing": 400,

@@ -223,6 +223,7 @@ def side_effect_begin(
     reversibility: str | None = None,
     compensating_action: Any = None,
     idempotency_key: str | None = None,
+    worker_token_id: int | None = None,
 ) -> Begin:
     """Write the intent before the act (fenced), or say what the ledger already knows.
 
@@ -258,7 +259,10 @@ def side_effect_begin(
         planned = plan(request)
 
     fenced = lock_for_worker_write(
-        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch
+        attempt_id=attempt_id,
+        lease_epoch=lease_epoch,
+        cancel_epoch=cancel_epoch,
+        worker_token_id=worker_token_id,
     )
     run, attempt = fenced.run, fenced.attempt
     worker = f"worker:{attempt.worker_id}"

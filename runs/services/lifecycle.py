@@ -194,6 +194,7 @@ def _lease_for(run: Run, attempt: Attempt, lease_seconds: float) -> Lease:
 _CLAIMED_ATTEMPT_FIELDS = [
     "status",
     "worker_id",
+    "worker_token",
     "lease_epoch",
     "cancel_epoch",
     "lease_expires_at",
@@ -204,7 +205,11 @@ _CLAIMED_ATTEMPT_FIELDS = [
 
 @transaction.atomic(durable=True)
 def attempt_claim(
-    *, worker_id: str, agents: list[str] | None = None, lease_seconds: float | None = None
+    *,
+    worker_id: str,
+    agents: list[str] | None = None,
+    lease_seconds: float | None = None,
+    worker_token_id: int | None = None,
 ) -> Lease | None:
     """Lease the next due attempt to ``worker_id``. Return the lease, or None when no work is ready."""
     if not worker_id or len(worker_id) > 200:
@@ -232,6 +237,8 @@ def attempt_claim(
     run.not_before = None
     attempt.status = AttemptStatus.RUNNING
     attempt.worker_id = worker_id
+    # Bound to the claiming token: the fence refuses writes to it from any other token.
+    attempt.worker_token_id = worker_token_id
     attempt.lease_epoch = run.lease_epoch
     attempt.cancel_epoch = run.cancel_epoch
     attempt.lease_expires_at = now + dt.timedelta(seconds=seconds)
@@ -257,14 +264,22 @@ def attempt_claim(
 
 @transaction.atomic(durable=True)
 def attempt_heartbeat(
-    *, attempt_id: str, lease_epoch: int, lease_seconds: float | None = None, cost: Any = None
+    *,
+    attempt_id: str,
+    lease_epoch: int,
+    lease_seconds: float | None = None,
+    cost: Any = None,
+    worker_token_id: int | None = None,
 ) -> Heartbeat:
     """Renew the lease. Fenced by ``lease_epoch`` only: a cancelled run's worker still renews,
     learns ``cancel_requested`` and acknowledges with ``attempt_release``."""
     seconds = lease_seconds_or_default(lease_seconds)
     parsed_cost = parse_cost(cost)
     fenced = lock_for_worker_write(
-        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=None
+        attempt_id=attempt_id,
+        lease_epoch=lease_epoch,
+        cancel_epoch=None,
+        worker_token_id=worker_token_id,
     )
     run, attempt, now = fenced.run, fenced.attempt, fenced.now
     attempt.lease_expires_at = now + dt.timedelta(seconds=seconds)
@@ -281,13 +296,18 @@ def attempt_heartbeat(
 
 
 @transaction.atomic(durable=True)
-def attempt_release(*, attempt_id: str, lease_epoch: int, reason: str) -> Run:
+def attempt_release(
+    *, attempt_id: str, lease_epoch: int, reason: str, worker_token_id: int | None = None
+) -> Run:
     """Give the lease back: ``cancelled`` acknowledges a cancel, ``shutdown`` hands the
     attempt to another worker from the latest checkpoint at once."""
     if reason not in {"cancelled", "shutdown"}:
         raise HoldpointError("invalid_input", "reason must be 'cancelled' or 'shutdown'.")
     fenced = lock_for_worker_write(
-        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=None
+        attempt_id=attempt_id,
+        lease_epoch=lease_epoch,
+        cancel_epoch=None,
+        worker_token_id=worker_token_id,
     )
     run, attempt, now = fenced.run, fenced.attempt, fenced.now
     worker = f"worker:{attempt.worker_id}"
@@ -338,13 +358,17 @@ def checkpoint_save(
     step: str,
     state: Any,
     cost: Any = None,
+    worker_token_id: int | None = None,
 ) -> Checkpoint:
     """Save an immutable snapshot of agent state; ``step`` names the step to run next."""
     if not isinstance(step, str) or not step or len(step) > 100:
         raise HoldpointError("invalid_input", "step must be 1 to 100 characters.")
     parsed_cost = parse_cost(cost)
     fenced = lock_for_worker_write(
-        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch
+        attempt_id=attempt_id,
+        lease_epoch=lease_epoch,
+        cancel_epoch=cancel_epoch,
+        worker_token_id=worker_token_id,
     )
     run, attempt = fenced.run, fenced.attempt
     number = (run.checkpoints.order_by("-number").values_list("number", flat=True).first() or 0) + 1
@@ -411,6 +435,7 @@ def attempt_interrupt(
     step_id: str = "",
     action: Any = None,
     cost: Any = None,
+    worker_token_id: int | None = None,
 ) -> InputRequest:
     """Stop at a hold point: persist the question on the checkpoint it was asked on, release
     the worker. The attempt ends ``interrupted``; resume continues in a new attempt."""
@@ -432,7 +457,10 @@ def attempt_interrupt(
     deadline = _expires_at(expires_in, expires_at)
     parsed_cost = parse_cost(cost)
     fenced = lock_for_worker_write(
-        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch
+        attempt_id=attempt_id,
+        lease_epoch=lease_epoch,
+        cancel_epoch=cancel_epoch,
+        worker_token_id=worker_token_id,
     )
     run, attempt, now = fenced.run, fenced.attempt, fenced.now
     if run.latest_checkpoint_id != checkpoint_id:
@@ -492,6 +520,7 @@ def attempt_log(
     level: str = "info",
     step: str = "",
     data: Any = None,
+    worker_token_id: int | None = None,
 ) -> RunEvent:
     """Add an agent's log line to the run's timeline (event ``agent.log``).
 
@@ -505,7 +534,10 @@ def attempt_log(
     if data is not None and (not isinstance(data, dict) or depth(data) > MAX_DEPTH):
         raise HoldpointError("invalid_input", "data must be a JSON object.")
     fenced = lock_for_worker_write(
-        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch
+        attempt_id=attempt_id,
+        lease_epoch=lease_epoch,
+        cancel_epoch=cancel_epoch,
+        worker_token_id=worker_token_id,
     )
     run, attempt = fenced.run, fenced.attempt
     event = append_event(
@@ -526,11 +558,20 @@ def attempt_log(
 
 @transaction.atomic(durable=True)
 def attempt_complete(
-    *, attempt_id: str, lease_epoch: int, cancel_epoch: int, result: Any, cost: Any = None
+    *,
+    attempt_id: str,
+    lease_epoch: int,
+    cancel_epoch: int,
+    result: Any,
+    cost: Any = None,
+    worker_token_id: int | None = None,
 ) -> Run:
     parsed_cost = parse_cost(cost)
     fenced = lock_for_worker_write(
-        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch
+        attempt_id=attempt_id,
+        lease_epoch=lease_epoch,
+        cancel_epoch=cancel_epoch,
+        worker_token_id=worker_token_id,
     )
     run, attempt, now = fenced.run, fenced.attempt, fenced.now
     attempt.status = AttemptStatus.SUCCEEDED

@@ -442,6 +442,7 @@ class WorkerSideEffectOutcomeApi(WorkerApiView):
                 error=data.get("error"),
                 lease_epoch=data.get("lease_epoch"),
                 cancel_epoch=data.get("cancel_epoch"),
+                worker_token_id=token_id(request),
             )
             return Response(effect_data(effect))
 

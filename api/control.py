@@ -30,6 +30,7 @@ from api.idempotency import IdempotentMixin
 from api.reads import RunListApi
 from api.serializers import RunSerializer
 from runs import services
+from runs.errors import HoldpointError
 from runs.models import InputRequest
 from runs.selectors import (
     ANSWER,
@@ -59,7 +60,8 @@ class RunStartApi(IdempotentMixin, APIView):
             child=serializers.CharField(max_length=100),
             required=False,
             max_length=100,
-            help_text="Step ids whose approval is given at start.",
+            help_text="Step ids approved at start. This is an approval by the caller: it "
+            "needs the approve permission (403 `preapproval_not_permitted` without it).",
         )
 
     @extend_schema(
@@ -71,13 +73,28 @@ class RunStartApi(IdempotentMixin, APIView):
         parameters=[idempotency_key_parameter(required=False)],
         responses={
             201: RunSerializer,
-            **problems(*AUTH_CODES, *BODY_CODES, *IDEMPOTENCY_CODES[1:], "unknown_agent"),
+            **problems(
+                *AUTH_CODES,
+                *BODY_CODES,
+                *IDEMPOTENCY_CODES[1:],
+                "unknown_agent",
+                "preapproval_not_permitted",
+            ),
         },
     )
     def post(self, request: Request) -> HttpResponse:
         require_perm(request.user, START)
         self.idempotency_key(request)
         data = validated(self.InputSerializer, request.data)
+        if data.get("approvals") and not request.user.has_perm(APPROVE):
+            # Refused before the idempotent call, so that no answer is stored for the key:
+            # the service refuses it too (and nothing is created either way).
+            raise HoldpointError(
+                "preapproval_not_permitted",
+                "Approving steps when a run starts is an approval: it needs the approve "
+                "permission.",
+                approvals=data["approvals"],
+            )
 
         def execute() -> Response:
             with pointers_under("/input"):

@@ -39,7 +39,7 @@ from api.base import (
 from api.idempotency import IdempotentMixin
 from api.reads import Cursor, QueryValidated
 from api.serializers import UtcDateTimeField
-from api.worker import KEY_CODES, WORKER_AUTH_CODES, WorkerApiView
+from api.worker import KEY_CODES, WORKER_AUTH_CODES, WorkerApiView, token_id
 from ledger import services
 from ledger.models import Resolution, Reversibility, SideEffect, SideEffectStatus
 from ledger.selectors import (
@@ -63,6 +63,11 @@ class ApprovalSerializer(serializers.Serializer):
     by = serializers.CharField(allow_null=True)
     comment = serializers.CharField(allow_blank=True)
     at = serializers.CharField(allow_null=True)
+    action_hash = serializers.CharField(
+        allow_null=True,
+        default=None,
+        help_text="sha256 of the tool, target and request the approval covers.",
+    )
 
 
 class ResolutionSerializer(serializers.Serializer):
@@ -354,6 +359,7 @@ class WorkerSideEffectBeginApi(WorkerApiView):
                 *KEY_CODES,
                 "stale_after_cancel",
                 "stale_worker",
+                "not_your_lease",
                 "not_found",
                 "side_effect_unknown",
                 "approval_required",
@@ -379,6 +385,7 @@ class WorkerSideEffectBeginApi(WorkerApiView):
                     reversibility=data.get("reversibility"),
                     compensating_action=data.get("compensating_action"),
                     idempotency_key=data.get("idempotency_key"),
+                    worker_token_id=token_id(request),
                 )
             return Response(
                 BeginSerializer(
@@ -437,6 +444,7 @@ class WorkerSideEffectOutcomeApi(WorkerApiView):
                 error=data.get("error"),
                 lease_epoch=data.get("lease_epoch"),
                 cancel_epoch=data.get("cancel_epoch"),
+                worker_token_id=token_id(request),
             )
             # The worker reported this outcome itself: it sees it whole.
             return Response(effect_data(effect, None))

@@ -22,6 +22,10 @@ decision act | look_up | reuse; fenced, as starting an action is an intention) a
 ``POST /api/worker/side-effects/{operation_id}/outcome`` ({status,
 external_reference?, result?, error?}; never fenced: an outcome is a fact).
 
+An attempt is bound to the worker token that claimed it: every write about it (the
+fenced ones, heartbeat and release) from another token gets 409 ``not_your_lease``
+and changes nothing.
+
 Writes take an optional Idempotency-Key (scoped to the worker token's name): a
 worker that lost a response retries with the same key and gets the same answer
 instead of a ``stale_worker`` for its own earlier success.
@@ -44,12 +48,18 @@ from api.base import BODY_CODES, idempotency_key_parameter, problems, validated
 from api.idempotency import IdempotentMixin
 from api.serializers import CheckpointSerializer, InputRequestSerializer, utc
 from runs import services
-from runs.models import Run
+from runs.models import Run, WorkerToken
 from runs.states import RequestKind
 
 WORKER_AUTH_CODES = ("not_authenticated", "authentication_failed", "permission_denied", "throttled")
-FENCE_CODES = ("stale_after_cancel", "stale_worker", "not_found")
+FENCE_CODES = ("stale_after_cancel", "stale_worker", "not_your_lease", "not_found")
 KEY_CODES = ("idempotency_key_malformed", "idempotency_key_reused", "idempotency_in_progress")
+
+
+def token_id(request: Request) -> int:
+    """The id of the worker token the request came with (``IsWorker`` made sure of one)."""
+    assert isinstance(request.auth, WorkerToken)
+    return request.auth.pk
 
 
 class WorkerApiView(IdempotentMixin, APIView):
@@ -76,6 +86,10 @@ class ResumeRequestSerializer(serializers.Serializer):
     step_id = serializers.CharField()
     answer = serializers.JSONField(allow_null=True)
     answered_by = serializers.CharField(allow_null=True)
+    action = serializers.JSONField(
+        allow_null=True,
+        help_text="What an approval showed (tool, target, change); it covers that action only.",
+    )
 
 
 class LeaseSerializer(serializers.Serializer):
@@ -181,6 +195,7 @@ class WorkerClaimApi(WorkerApiView):
 
         def claim() -> Response:
             lease = services.attempt_claim(
+                worker_token_id=token_id(request),
                 worker_id=data["worker_id"],
                 agents=data.get("agents") or None,
                 lease_seconds=data.get("lease_seconds"),
@@ -205,13 +220,16 @@ class WorkerHeartbeatApi(WorkerApiView):
         lease_seconds = serializers.FloatField(min_value=0.1, max_value=3600, required=False)
         cost = serializers.FloatField(min_value=0, required=False, allow_null=True)
 
-    @_write_schema(InputSerializer, {200: HeartbeatSerializer}, "stale_worker", "not_found")
+    @_write_schema(
+        InputSerializer, {200: HeartbeatSerializer}, "stale_worker", "not_your_lease", "not_found"
+    )
     def post(self, request: Request, attempt_id: str) -> HttpResponse:
         self.idempotency_key(request)
         data = validated(self.InputSerializer, request.data)
 
         def beat() -> Response:
             heartbeat = services.attempt_heartbeat(
+                worker_token_id=token_id(request),
                 attempt_id=attempt_id,
                 lease_epoch=data["lease_epoch"],
                 lease_seconds=data.get("lease_seconds"),
@@ -239,7 +257,12 @@ class WorkerReleaseApi(WorkerApiView):
         cancel_epoch = serializers.IntegerField(min_value=0, required=False)
 
     @_write_schema(
-        InputSerializer, {200: RunStateSerializer}, "stale_worker", "not_found", "invalid_state"
+        InputSerializer,
+        {200: RunStateSerializer},
+        "stale_worker",
+        "not_your_lease",
+        "not_found",
+        "invalid_state",
     )
     def post(self, request: Request, attempt_id: str) -> HttpResponse:
         self.idempotency_key(request)
@@ -249,6 +272,7 @@ class WorkerReleaseApi(WorkerApiView):
             lambda: Response(
                 run_state(
                     services.attempt_release(
+                        worker_token_id=token_id(request),
                         attempt_id=attempt_id,
                         lease_epoch=data["lease_epoch"],
                         reason=data["reason"],
@@ -277,6 +301,7 @@ class WorkerCheckpointApi(WorkerApiView):
             lambda: Response(
                 CheckpointSerializer(
                     services.checkpoint_save(
+                        worker_token_id=token_id(request),
                         attempt_id=attempt_id,
                         lease_epoch=data["lease_epoch"],
                         cancel_epoch=data["cancel_epoch"],
@@ -323,6 +348,7 @@ class WorkerInterruptApi(WorkerApiView):
             lambda: Response(
                 InputRequestSerializer(
                     services.attempt_interrupt(
+                        worker_token_id=token_id(request),
                         attempt_id=attempt_id,
                         lease_epoch=data["lease_epoch"],
                         cancel_epoch=data["cancel_epoch"],
@@ -362,6 +388,7 @@ class WorkerCompleteApi(WorkerApiView):
             lambda: Response(
                 run_state(
                     services.attempt_complete(
+                        worker_token_id=token_id(request),
                         attempt_id=attempt_id,
                         lease_epoch=data["lease_epoch"],
                         cancel_epoch=data["cancel_epoch"],
@@ -410,6 +437,7 @@ class WorkerFailApi(WorkerApiView):
             lambda: Response(
                 run_state(
                     services.attempt_fail(
+                        worker_token_id=token_id(request),
                         attempt_id=attempt_id,
                         lease_epoch=data["lease_epoch"],
                         cancel_epoch=data["cancel_epoch"],

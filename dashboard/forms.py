@@ -1,4 +1,4 @@
-"""The dashboard's fixed forms: approve/deny, cancel, retry.
+"""The dashboard's fixed forms: approve/deny, cancel, retry, steps approved at start.
 
 Answers to input requests and agent inputs are generated from JSON Schema in
 ``dashboard.schema_forms``. These forms only validate what a person typed; the
@@ -7,6 +7,7 @@ services decide whether the action is still allowed.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django import forms
@@ -42,6 +43,35 @@ class ApprovalForm(forms.Form):
         if self.cleaned_data.get("comment"):
             value["comment"] = self.cleaned_data["comment"]
         return value
+
+
+MAX_PREAPPROVALS = 100
+_STEP_SEPARATORS = re.compile(r"[\s,]+")
+
+
+class PreapprovalForm(forms.Form):
+    """Steps approved when the run starts (``approvals``). Only people with the approve
+    permission see it; the view refuses it from anyone else, and so does the service."""
+
+    approvals = forms.CharField(
+        required=False,
+        max_length=4000,
+        strip=True,
+        label=_("Approve steps now"),
+        help_text=_(
+            "Step ids, separated by commas or spaces (e.g. notify.email). This is your "
+            "approval: the run records you as the approver of what these steps do."
+        ),
+    )
+
+    def clean_approvals(self) -> list[str]:
+        raw = self.cleaned_data.get("approvals") or ""
+        steps = list(dict.fromkeys(s for s in _STEP_SEPARATORS.split(raw) if s))
+        if len(steps) > MAX_PREAPPROVALS or any(len(s) > 100 for s in steps):
+            raise forms.ValidationError(
+                _("Name at most 100 steps, each at most 100 characters long.")
+            )
+        return steps
 
 
 class CancelForm(forms.Form):

@@ -430,6 +430,7 @@ TIMELINE_FILTERS = {
             "run.cancelled",
             "run.retried",
             "run.created",
+            "run.approved_at_start",
         ),
     ),
     "side_effects": (gettext_lazy("Side effects"), ("side_effect.",)),
@@ -463,6 +464,12 @@ def describe_event(event: RunEvent) -> str:
     t = event.type
     if t == "run.created":
         return _("Run created for agent %(agent)s.") % {"agent": p.get("agent", "")}
+    if t == "run.approved_at_start":
+        steps = p.get("steps")
+        return _("Approved at start by %(who)s: %(steps)s.") % {
+            "who": p.get("by") or "—",
+            "steps": ", ".join(str(s) for s in steps) if isinstance(steps, list) else "",
+        }
     if t == "attempt.claimed":
         return _("Attempt %(n)s claimed (lease epoch %(epoch)s).") % {
             "n": p.get("number", "?"),

@@ -27,6 +27,8 @@ ERRORS: dict[str, ErrorKind] = {
     "retry_not_allowed": ErrorKind(409, "Retry not allowed"),
     "side_effect_unknown": ErrorKind(409, "Side effect unknown"),
     "approval_required": ErrorKind(409, "Approval required"),
+    # A fenced worker write from a token other than the one that claimed the attempt.
+    "not_your_lease": ErrorKind(409, "Not your lease"),
     "idempotency_in_progress": ErrorKind(409, "Idempotent request in progress"),
     "idempotency_key_reused": ErrorKind(422, "Idempotency key reused"),
     "idempotency_key_missing": ErrorKind(400, "Idempotency key missing"),
@@ -36,6 +38,8 @@ ERRORS: dict[str, ErrorKind] = {
     "unknown_agent": ErrorKind(422, "Unknown agent"),
     "not_found": ErrorKind(404, "Not found"),
     "permission_denied": ErrorKind(403, "Permission denied"),
+    # Approving steps when a run is started is an approval: it needs runs.approve_run.
+    "preapproval_not_permitted": ErrorKind(403, "Pre-approval not permitted"),
     "not_authenticated": ErrorKind(401, "Not authenticated"),
     "malformed_request": ErrorKind(400, "Malformed request"),
     "payload_too_large": ErrorKind(413, "Payload too large"),

@@ -163,6 +163,11 @@ class Attempt(models.Model):
         "InputRequest", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     worker_id = models.CharField(max_length=200, blank=True)
+    # The worker token that claimed the attempt over the worker API (None: claimed in
+    # process). Every fenced write over the API must come with this token.
+    worker_token = models.ForeignKey(
+        "WorkerToken", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     lease_epoch = models.PositiveIntegerField(null=True, blank=True)
     cancel_epoch = models.PositiveIntegerField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)

@@ -8,6 +8,11 @@ Hold points, side effects and approvals are identified by a *key* within the ste
 ``approve`` or the tool's name), ``<step>.<kind>#2`` for the second, and so on; or
 ``<step>.<key>`` when the call passes ``key=``. The key is how a re-run of the step
 finds the answer to its question and the ledger finds the side effect it already did.
+A key longer than the 100 characters a hold point keeps is shortened to a prefix and
+a hash of the whole key (``hold_point_key``), so two long keys never become one.
+
+An approval covers the action it showed (tool, target, request) and nothing else: a
+re-run of the step that would do something else asks again, in a new hold point.
 """
 
 from __future__ import annotations
@@ -48,6 +53,31 @@ def to_json(value: Any, what: str) -> Any:
         return json.loads(json.dumps(value))
     except (TypeError, ValueError) as exc:
         raise TypeError(f"The {what} must be JSON: {exc}") from None
+
+
+MAX_KEY_LENGTH = 100  # InputRequest.step_id and SideEffect.step_id
+_KEY_DIGEST = 20
+
+
+def hold_point_key(raw: str) -> str:
+    """``raw`` when it fits; else its start and a hash of all of it, within 100 characters.
+
+    Cutting at 100 characters would make two keys that share their first 100 characters
+    one key, and an answer or a side effect of one would be taken for the other.
+    """
+    if len(raw) <= MAX_KEY_LENGTH:
+        return raw
+    digest = hashlib.sha256(raw.encode("utf-8")).hexdigest()[:_KEY_DIGEST]
+    return f"{raw[: MAX_KEY_LENGTH - _KEY_DIGEST - 1]}~{digest}"
+
+
+def covers(answer: Answer, *, tool: str, target: str, request: Any) -> bool:
+    """Whether the answered approval was about exactly this action (the ledger's hash)."""
+    from ledger.services import action_hash, approved_action_hash
+
+    return approved_action_hash(answer.action, answer.value) == action_hash(
+        tool=tool, target=target, request=request
+    )
 
 
 def fingerprint(value: Any) -> str:
@@ -139,10 +169,10 @@ class Context:
 
     def _key(self, kind: str, key: str | None) -> str:
         if key:
-            return f"{self.step}.{key}"[:100]
+            return hold_point_key(f"{self.step}.{key}")
         self._counts[kind] += 1
         n = self._counts[kind]
-        return (f"{self.step}.{kind}" if n == 1 else f"{self.step}.{kind}#{n}")[:100]
+        return hold_point_key(f"{self.step}.{kind}" if n == 1 else f"{self.step}.{kind}#{n}")
 
     # Hold points ----------------------------------------------------------------------
 
@@ -197,11 +227,18 @@ class Context:
 
         A denial is returned, not raised: ``if approval.denied: ...``. An approval
         given when the run was started (``approvals=[step_id]``) is used without asking.
+        An answer covers the action, target and detail it showed: called again with
+        others, the step asks again.
         """
         self.check()
         step_id = self._key("approve", key)
+        change = to_json(detail, "approval detail")
         answer = self._answers.get(step_id)
-        if answer is not None and answer.kind == "auth_required":
+        if (
+            answer is not None
+            and answer.kind == "auth_required"
+            and covers(answer, tool=tool or action, target=target, request=change)
+        ):
             value = answer.value or {}
             return Approval(
                 approved=value.get("decision") == "approve",
@@ -225,7 +262,7 @@ class Context:
                 "tool": tool or action,
                 "action": action,
                 "target": target,
-                "change": to_json(detail, "approval detail"),
+                "change": change,
                 "reversibility": reversibility or "",
             },
         )
@@ -401,9 +438,14 @@ class Context:
         self, step_id: str, tool: str, target: str, request: Any, exc: HoldpointError
     ) -> None:
         """The ledger wants an approval for this irreversible call: use the answer to this
-        step's question if there is one, else ask (the same hold point as ``approve``)."""
+        step's question if it was about this very call, else ask (the same hold point as
+        ``approve``; an approval of another action in the step covers nothing here)."""
         answer = self._answers.get(step_id)
-        if answer is not None and answer.kind == "auth_required":
+        if (
+            answer is not None
+            and answer.kind == "auth_required"
+            and covers(answer, tool=tool, target=target, request=request)
+        ):
             value = answer.value or {}
             approval = Approval(
                 approved=value.get("decision") == "approve",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db.models import Max
@@ -22,6 +22,8 @@ class Answer:
     value: Any
     answered_by: str | None
     context: dict[str, Any]
+    # What an approval showed (tool, target, change): it covers that action only.
+    action: dict[str, Any] = field(default_factory=dict)
 
 
 def answers_for(lease: Lease) -> dict[str, Answer]:
@@ -63,6 +65,7 @@ def answers_for(lease: Lease) -> dict[str, Answer]:
             value=request.answer,
             answered_by=request.answered_by.get_username() if request.answered_by else None,
             context=request.context or {},
+            action=request.action or {},
         )
     # The lease names the request it resumes; it is on C, so it is already among them
     # unless a retry line excluded it, which cannot happen for a resume attempt.
@@ -75,6 +78,7 @@ def answers_for(lease: Lease) -> dict[str, Answer]:
             value=resumed["answer"],
             answered_by=resumed.get("answered_by"),
             context={},
+            action=resumed.get("action") or {},
         )
     return answers
 

@@ -21,12 +21,13 @@ from dashboard.actions import (
     perform_once,
     redirect_after_post,
 )
+from dashboard.forms import PreapprovalForm
 from dashboard.schema_forms import SchemaForm
 from runs import services
 from runs.agents import AgentSpec, all_agent_specs
 from runs.errors import HoldpointError
 from runs.schemas import compile_schema
-from runs.selectors import START
+from runs.selectors import APPROVE, START
 
 EMPTY_INPUT: dict[str, Any] = {"type": "object", "properties": {}}
 
@@ -57,8 +58,20 @@ def run_start(request: HtmxHttpRequest) -> HttpResponse:
         }
         return render(request, "dashboard/run_start.html", context, status=200)
     context["form"] = form
+    # Approving steps at start is an approval: only people who may approve see the field.
+    may_preapprove = request.user.has_perm(APPROVE)
+    preapproval = PreapprovalForm(request.POST if request.method == "POST" else None)
+    context["preapproval"] = preapproval if may_preapprove else None
     if request.method == "GET":
         return render(request, "dashboard/run_start.html", context)
+    if not preapproval.is_valid():
+        if not may_preapprove:
+            raise PermissionDenied(_("Only approvers can approve steps when a run starts."))
+        context["message"] = _("Check the highlighted fields. No run was started.")
+        return render(request, "dashboard/run_start.html", context, status=422)
+    approvals = preapproval.cleaned_data["approvals"]
+    if approvals and not may_preapprove:
+        raise PermissionDenied(_("Only approvers can approve steps when a run starts."))
     key = form_key(request)
     if key is None:
         context["message"] = _("This form is out of date. Please try again.")
@@ -69,12 +82,15 @@ def run_start(request: HtmxHttpRequest) -> HttpResponse:
     value = form.value
 
     def start() -> dict[str, Any]:
-        run = services.run_start(agent=spec.name, input=value, user=request.user)
+        run = services.run_start(
+            agent=spec.name, input=value, user=request.user, approvals=approvals or None
+        )
         return {"run_id": run.id}
 
-    outcome, _replayed = perform_once(
-        request, key=key, body={"agent": spec.name, "input": value}, call=start
-    )
+    body: dict[str, Any] = {"agent": spec.name, "input": value}
+    if approvals:
+        body["approvals"] = approvals
+    outcome, _replayed = perform_once(request, key=key, body=body, call=start)
     if not outcome.ok:
         if outcome.extra.get("errors"):
             form.add_errors(outcome.extra["errors"])

@@ -17,7 +17,13 @@ from ledger.services._common import (
     needs_reconciliation_q,
     stale_pending_q,
 )
-from ledger.services.intents import Begin, approval_for, side_effect_begin
+from ledger.services.intents import (
+    Begin,
+    action_hash,
+    approval_for,
+    approved_action_hash,
+    side_effect_begin,
+)
 from ledger.services.outcomes import (
     LookUp,
     Performed,
@@ -32,7 +38,9 @@ __all__ = [
     "Begin",
     "LookUp",
     "Performed",
+    "action_hash",
     "approval_for",
+    "approved_action_hash",
     "compensation_key_for",
     "idempotency_key_for",
     "needs_reconciliation_q",

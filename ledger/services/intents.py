@@ -14,13 +14,19 @@
 | ``failed``               | it did not happen: **act** again, with the same key      |
 | ``compensated``          | it was undone: a new record with the next key, **act**   |
 
-An ``irreversible`` effect needs an approval for its step before the answer can be
-*act*: an answered ``auth_required`` request of this run for that step that said
-``approve``, or the step named in ``run.approvals`` when the run was started.
+An ``irreversible`` effect needs an approval before the answer can be *act*:
+
+- a step named in ``run.approvals`` when the run was started (by a person with the
+  approve permission) covers whatever that step then asks for;
+- otherwise an answered ``auth_required`` request of this run for that step that said
+  ``approve`` **and showed this very action**: its tool, target and request hash
+  (``action_hash``) to the same value as the call's. Anything else in the step, a
+  different tool, target or request, needs its own approval: ``approval_required``.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -37,6 +43,7 @@ from ledger.services._common import (
 from ledger.tools import ActionFailed, Tool, can_compensate, get_tool
 from runs.errors import HoldpointError
 from runs.models import Attempt, InputRequest, Run
+from runs.schemas import canonical_json
 from runs.services import lock_for_worker_write
 from runs.states import RequestKind, RequestStatus
 
@@ -86,8 +93,36 @@ def effective_reversibility(
     return declared
 
 
-def approval_for(run: Run, *, step_id: str, tool: str, target: str) -> dict[str, Any]:
-    """Who approved the irreversible step, or raise ``approval_required``."""
+def action_hash(*, tool: str, target: str, request: Any) -> str:
+    """The canonical hash of an action: what an approval covers and what a call does.
+
+    The one place this is computed: the ledger compares the hash of what an approval
+    showed with the hash of the call about to act, and records it with the approval.
+    """
+    canonical = canonical_json({"tool": tool, "target": target, "request": request})
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def approved_action_hash(action: Any, answer: Any = None) -> str | None:
+    """The hash of what an ``auth_required`` request's approver saw and approved.
+
+    ``action`` is the request's ``{tool, target, change, …}`` as shown on the card;
+    its ``change`` is the request the tool will be given. (An approval that edits the
+    request would cover the edited request: ``answer`` is passed for that.)
+    """
+    if not isinstance(action, dict) or not action.get("tool"):
+        return None
+    return action_hash(
+        tool=str(action["tool"]), target=str(action.get("target", "")), request=action.get("change")
+    )
+
+
+def approval_for(run: Run, *, step_id: str, tool: str, target: str, request: Any) -> dict[str, Any]:
+    """Who approved this irreversible action, or raise ``approval_required``.
+
+    The returned record carries ``action_hash``, the hash of the action it covers.
+    """
+    wanted = action_hash(tool=tool, target=target, request=request)
     if step_id in (run.approvals or []):
         creator = run.created_by.get_username() if run.created_by_id else None  # type: ignore[union-attr]
         return {
@@ -96,9 +131,12 @@ def approval_for(run: Run, *, step_id: str, tool: str, target: str) -> dict[str,
             "by": creator,
             "comment": "Approved when the run was started.",
             "at": run.created_at.isoformat(),
+            "action_hash": wanted,
         }
-    # The newest decision for this step counts: a later "deny" withdraws an earlier "approve".
-    request = (
+    # Only a decision about this very action counts, and the newest one: a later "deny"
+    # of the same action withdraws an earlier "approve". An approval of something else
+    # in the same step (another recipient, another tool) covers nothing here.
+    answered = (
         InputRequest.objects.select_related("answered_by")
         .filter(
             run=run,
@@ -107,7 +145,9 @@ def approval_for(run: Run, *, step_id: str, tool: str, target: str) -> dict[str,
             status=RequestStatus.ANSWERED,
         )
         .order_by("-answered_at", "-created_at")
-        .first()
+    )
+    request = next(
+        (r for r in answered if approved_action_hash(r.action, r.answer) == wanted), None
     )
     answer = request.answer if request is not None and isinstance(request.answer, dict) else {}
     who = (
@@ -122,12 +162,14 @@ def approval_for(run: Run, *, step_id: str, tool: str, target: str) -> dict[str,
             "by": who,
             "comment": str(answer.get("comment") or ""),
             "at": request.answered_at.isoformat() if request.answered_at else None,
+            "action_hash": wanted,
         }
     extra: dict[str, Any] = {
         "step_id": step_id,
         "tool": tool,
         "target": target,
         "reversibility": Reversibility.IRREVERSIBLE,
+        "action_hash": wanted,
     }
     if request is not None:
         extra.update(request_id=request.id, denied_by=who)
@@ -199,6 +241,7 @@ def side_effect_begin(
     reversibility: str | None = None,
     compensating_action: Any = None,
     idempotency_key: str | None = None,
+    worker_token_id: int | None = None,
 ) -> Begin:
     """Write the intent before the act (fenced), or say what the ledger already knows.
 
@@ -232,7 +275,10 @@ def side_effect_begin(
     planned = redact_request(planned)
 
     fenced = lock_for_worker_write(
-        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch
+        attempt_id=attempt_id,
+        lease_epoch=lease_epoch,
+        cancel_epoch=cancel_epoch,
+        worker_token_id=worker_token_id,
     )
     run, attempt = fenced.run, fenced.attempt
     worker = f"worker:{attempt.worker_id}"
@@ -242,7 +288,7 @@ def side_effect_begin(
 
     if effect is None:
         approval = (
-            approval_for(run, step_id=step_id, tool=tool, target=target)
+            approval_for(run, step_id=step_id, tool=tool, target=target, request=request)
             if effective == Reversibility.IRREVERSIBLE
             else None
         )
@@ -293,6 +339,13 @@ def side_effect_begin(
     if effect.status == SideEffectStatus.PENDING:
         # The worker that wrote the intent is gone (or this is a repeat of the same call):
         # the act may or may not have happened. Responsibility moves to this attempt.
+        recorded = action_hash(tool=effect.tool, target=effect.target, request=effect.request)
+        if effective == Reversibility.IRREVERSIBLE and recorded != action_hash(
+            tool=tool, target=target, request=request
+        ):
+            # The re-run would do something else than what was approved and recorded: a
+            # look-up may end in an act, so that other action needs its own approval.
+            approval_for(run, step_id=step_id, tool=tool, target=target, request=request)
         previous_attempt = effect.attempt_id
         effect.attempt = attempt
         effect.save(update_fields=["attempt", "updated_at"])
@@ -322,7 +375,7 @@ def side_effect_begin(
     # "failure" was wrong after all, the external system recognises the key.
     assert effect.status == SideEffectStatus.FAILED, effect.status
     approval = (
-        approval_for(run, step_id=step_id, tool=tool, target=target)
+        approval_for(run, step_id=step_id, tool=tool, target=target, request=request)
         if effective == Reversibility.IRREVERSIBLE
         else None
     )

@@ -33,17 +33,35 @@ from ledger.services.intents import side_effect_begin
 from ledger.tools import ActionFailed, OutcomeUnknown, get_tool
 from runs.clock import db_now
 from runs.errors import HoldpointError
-from runs.models import Attempt, Run
+from runs.models import Attempt, Run, WorkerToken
 
 S = SideEffectStatus
 OUTCOMES = (S.CONFIRMED, S.FAILED, S.UNKNOWN)
 _STRENGTH: dict[str, int] = {S.PENDING: 0, S.UNKNOWN: 1, S.FAILED: 2, S.CONFIRMED: 3}
 
 
-def _is_late(run: Run, *, lease_epoch: int | None, cancel_epoch: int | None) -> bool:
-    """Whether a reporter holding these epochs is no longer the run's live worker."""
+def _is_late(
+    run: Run,
+    effect: SideEffect,
+    *,
+    lease_epoch: int | None,
+    cancel_epoch: int | None,
+    from_worker: bool,
+) -> bool:
+    """Whether a reporter holding these epochs is no longer the run's live worker.
+
+    A worker that sends no epochs is judged by the attempt responsible for the effect:
+    once that attempt no longer holds the run (its lease was lost and another attempt
+    took over, the run was cancelled or finished), the report is late whatever the
+    worker sent. People and the reconciler are not workers; their reports are not late.
+    """
     if lease_epoch is None and cancel_epoch is None:
-        return False
+        if not from_worker:
+            return False
+        responsible = Attempt.objects.get(pk=effect.attempt_id)
+        return responsible.cancel_epoch != run.cancel_epoch or not attempt_is_live(
+            run, responsible, lease_now=db_now()
+        )
     if cancel_epoch is not None and cancel_epoch != run.cancel_epoch:
         return True
     if lease_epoch is not None and lease_epoch != run.lease_epoch:
@@ -56,11 +74,16 @@ def _is_late(run: Run, *, lease_epoch: int | None, cancel_epoch: int | None) -> 
     return attempt is None or not attempt_is_live(run, attempt, lease_now=db_now())
 
 
-def _reporter(run: Run, effect: SideEffect, lease_epoch: int | None) -> str:
+def _reporting_attempt(run: Run, effect: SideEffect, lease_epoch: int | None) -> Attempt:
+    """The attempt a report speaks for: the one of its lease epoch, else the effect's."""
     attempt = None
     if lease_epoch is not None:
         attempt = Attempt.objects.filter(run=run, lease_epoch=lease_epoch).first()
-    attempt = attempt or effect.attempt
+    return attempt or Attempt.objects.get(pk=effect.attempt_id)
+
+
+def _reporter(run: Run, effect: SideEffect, lease_epoch: int | None) -> str:
+    attempt = _reporting_attempt(run, effect, lease_epoch)
     return f"worker:{attempt.worker_id}" if attempt.worker_id else "worker"
 
 
@@ -75,8 +98,12 @@ def apply_outcome(
     late: bool,
     actor: str,
     now: dt.datetime,
+    reported_with: dict[str, Any] | None = None,
 ) -> SideEffect:
-    """Under the run lock: record ``status`` unless a stronger fact is already recorded."""
+    """Under the run lock: record ``status`` unless a stronger fact is already recorded.
+
+    ``reported_with`` goes into the event as it is (e.g. which worker token sent it)."""
+    noted = reported_with or {}
     current = effect.status
     ignored_because = None
     if current in (S.COMPENSATED, S.COMPENSATION_FAILED):
@@ -104,6 +131,7 @@ def apply_outcome(
             error=error,
             late=late,
             reason=ignored_because,
+            **noted,
         )
         return effect
     effect.status = status
@@ -130,6 +158,7 @@ def apply_outcome(
         external_reference=effect.external_reference,
         error=effect.error if status != S.CONFIRMED else None,
         late=late,
+        **noted,
     )
     return effect
 
@@ -145,9 +174,15 @@ def side_effect_record_outcome(
     lease_epoch: int | None = None,
     cancel_epoch: int | None = None,
     actor: str | None = None,
+    worker_token_id: int | None = None,
 ) -> SideEffect:
     """Record what happened: ``confirmed`` (with its external reference), ``failed``
-    (it did not happen) or ``unknown``. Never fenced; see the module docstring."""
+    (it did not happen) or ``unknown``. Never fenced; see the module docstring.
+
+    ``worker_token_id``: the worker API's token. An outcome from a token other than the
+    one that claimed the reporting attempt is still recorded (a fact is a fact), but
+    the event says which token sent it and the actor names that token, not the worker
+    whose lease it was."""
     if status not in OUTCOMES:
         raise HoldpointError("invalid_input", "status must be confirmed, failed or unknown.")
     reference = check_text(external_reference, "external_reference", 500, required=False)
@@ -157,7 +192,19 @@ def side_effect_record_outcome(
         if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, int)):
             raise HoldpointError("invalid_input", f"{name} must be a whole number.")
     run, effect = lock_effect(operation_id)
-    late = _is_late(run, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch)
+    late = _is_late(
+        run, effect, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch, from_worker=actor is None
+    )
+    reported_with: dict[str, Any] = {}
+    if worker_token_id is not None:
+        token = WorkerToken.objects.filter(pk=worker_token_id).first()
+        bound = _reporting_attempt(run, effect, lease_epoch).worker_token_id
+        reported_with = {
+            "worker_token": token.name if token else None,
+            "token_matches_lease": bound == worker_token_id,
+        }
+        if bound != worker_token_id and actor is None:
+            actor = f"worker-token:{token.name if token else worker_token_id}"
     return apply_outcome(
         run,
         effect,
@@ -168,6 +215,7 @@ def side_effect_record_outcome(
         late=late,
         actor=actor or _reporter(run, effect, lease_epoch),
         now=timezone.now(),
+        reported_with=reported_with,
     )
 
 

@@ -48,8 +48,19 @@ class Fenced:
     now: Any  # the database clock, read in the statement that took the run lock
 
 
-def lock_for_worker_write(*, attempt_id: str, lease_epoch: int, cancel_epoch: int | None) -> Fenced:
+def lock_for_worker_write(
+    *,
+    attempt_id: str,
+    lease_epoch: int,
+    cancel_epoch: int | None,
+    worker_token_id: int | None = None,
+) -> Fenced:
     """Lock the run of ``attempt_id`` and apply the fence of DESIGN.md section 3.
+
+    ``worker_token_id`` is the worker API's token (None for the in-process worker, which
+    holds no token): an attempt claimed over the API takes writes from the token that
+    claimed it only; any other token is refused ``not_your_lease`` before the epochs are
+    even compared, so it learns nothing about the run.
 
     ``cancel_epoch`` is checked before ``lease_epoch``: a worker whose run was
     cancelled learns that, rather than the less useful "someone else has it".
@@ -68,6 +79,13 @@ def lock_for_worker_write(*, attempt_id: str, lease_epoch: int, cancel_epoch: in
         raise HoldpointError("not_found", f"There is no attempt {attempt_id!r}.")
     now = row_now(run)
     attempt = Attempt.objects.get(pk=attempt_id)
+    if worker_token_id is not None and attempt.worker_token_id != worker_token_id:
+        STALE_WRITES.labels("not_your_lease").inc()
+        raise HoldpointError(
+            "not_your_lease",
+            "This attempt was claimed with another worker token; the write was not applied.",
+            attempt_id=attempt_id,
+        )
     if cancel_epoch is not None and run.cancel_epoch != cancel_epoch:
         STALE_WRITES.labels("stale_after_cancel").inc()
         raise HoldpointError(

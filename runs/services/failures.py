@@ -89,6 +89,7 @@ def attempt_fail(
     cancel_epoch: int,
     error: dict[str, Any],
     cost: Any = None,
+    worker_token_id: int | None = None,
 ) -> Run:
     """Record the attempt's error, classify it, then back off and retry or stop the run."""
     if not isinstance(error, dict) or not isinstance(error.get("type"), str) or not error["type"]:
@@ -98,7 +99,10 @@ def attempt_fail(
     step = str(error.get("step") or "")[:100]
     parsed_cost = parse_cost(cost)
     fenced = lock_for_worker_write(
-        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch
+        attempt_id=attempt_id,
+        lease_epoch=lease_epoch,
+        cancel_epoch=cancel_epoch,
+        worker_token_id=worker_token_id,
     )
     run, attempt, now = fenced.run, fenced.attempt, fenced.now
     policy = agent_spec(run.agent).retry_policy

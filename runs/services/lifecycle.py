@@ -24,6 +24,7 @@ from runs.events import append_event
 from runs.metrics import measured
 from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent, claimable_q
 from runs.schemas import APPROVAL_SCHEMA, compile_schema, too_deep, validate_value
+from runs.selectors import APPROVE
 from runs.services._base import (
     UserLike,
     actor_for,
@@ -80,24 +81,72 @@ def run_start(
     actor: str | None = None,
     approvals: list[str] | None = None,
 ) -> Run:
-    """Create a run of a known agent with a validated input and queue its first attempt."""
+    """Create a run of a known agent with a validated input and queue its first attempt.
+
+    ``approvals`` names steps approved now, at start. Giving them is an approval, so
+    it needs a person holding ``runs.approve_run``: anyone else (an operator, the
+    system, a script without ``user``) is refused ``preapproval_not_permitted`` and
+    nothing is created. The approval is recorded as that person's (event
+    ``run.approved_at_start``; the ledger names them as the approver of what the
+    step then does).
+    """
     spec = agent_spec(agent)
     if spec.input_schema:
         validate_value(compile_schema(spec.input_schema), input, what="input")
-    if approvals is not None and not all(isinstance(a, str) and a for a in approvals):
-        raise HoldpointError("invalid_input", "approvals must be a list of step ids.")
+    steps = _preapproved_steps(approvals)
+    approver = user_or_none(user)
+    if steps and (approver is None or not approver.has_perm(APPROVE)):
+        raise HoldpointError(
+            "preapproval_not_permitted",
+            "Approving steps when a run starts is an approval: it needs the approve "
+            "permission. Start the run without approvals, or ask an approver to start it.",
+            approvals=steps,
+        )
     run = Run.objects.create(
         agent=spec.name,
         input=input,
-        approvals=list(approvals or []),
+        approvals=steps,
         status=RunStatus.QUEUED,
-        created_by=user_or_none(user),
+        created_by=approver,
     )
     actor = actor or actor_for(user)
-    append_event(run, "run.created", actor, {"agent": spec.name, "approvals": run.approvals})
+    approved_by = approver.get_username() if steps else None
+    append_event(
+        run,
+        "run.created",
+        actor,
+        {"agent": spec.name, "approvals": run.approvals, "approved_by": approved_by},
+    )
+    if steps:
+        append_event(
+            run,
+            "run.approved_at_start",
+            actor_for(user),
+            {"steps": steps, "by": approved_by},
+        )
     queue_attempt(run, reason=AttemptReason.INITIAL, resume_from=None, not_before=db_now())
     run.save()
     return run
+
+
+MAX_PREAPPROVALS = 100
+
+
+def _preapproved_steps(approvals: Any) -> list[str]:
+    """The step ids approved at start: 1 to 100 characters each, at most 100, no repeats."""
+    if approvals is None:
+        return []
+    if (
+        not isinstance(approvals, list | tuple)
+        or len(approvals) > MAX_PREAPPROVALS
+        or not all(isinstance(a, str) and 0 < len(a) <= 100 for a in approvals)
+    ):
+        raise HoldpointError(
+            "invalid_input",
+            f"approvals must be a list of at most {MAX_PREAPPROVALS} step ids "
+            "(1 to 100 characters each).",
+        )
+    return list(dict.fromkeys(approvals))
 
 
 def _lease_for(run: Run, attempt: Attempt, lease_seconds: float) -> Lease:
@@ -121,6 +170,7 @@ def _lease_for(run: Run, attempt: Attempt, lease_seconds: float) -> Lease:
             "step_id": request.step_id,
             "answer": request.answer,
             "answered_by": request.answered_by.get_username() if request.answered_by else None,
+            "action": request.action or None,
         }
     assert attempt.lease_expires_at is not None
     return Lease(
@@ -144,6 +194,7 @@ def _lease_for(run: Run, attempt: Attempt, lease_seconds: float) -> Lease:
 _CLAIMED_ATTEMPT_FIELDS = [
     "status",
     "worker_id",
+    "worker_token",
     "lease_epoch",
     "cancel_epoch",
     "lease_expires_at",
@@ -158,7 +209,11 @@ WORKER_ID_MAX_LENGTH = 200 - len("worker:")
 
 @transaction.atomic(durable=True)
 def attempt_claim(
-    *, worker_id: str, agents: list[str] | None = None, lease_seconds: float | None = None
+    *,
+    worker_id: str,
+    agents: list[str] | None = None,
+    lease_seconds: float | None = None,
+    worker_token_id: int | None = None,
 ) -> Lease | None:
     """Lease the next due attempt to ``worker_id``. Return the lease, or None when no work is ready."""
     if not worker_id or len(worker_id) > WORKER_ID_MAX_LENGTH:
@@ -186,6 +241,8 @@ def attempt_claim(
     run.not_before = None
     attempt.status = AttemptStatus.RUNNING
     attempt.worker_id = worker_id
+    # Bound to the claiming token: the fence refuses writes to it from any other token.
+    attempt.worker_token_id = worker_token_id
     attempt.lease_epoch = run.lease_epoch
     attempt.cancel_epoch = run.cancel_epoch
     attempt.lease_expires_at = now + dt.timedelta(seconds=seconds)
@@ -211,14 +268,22 @@ def attempt_claim(
 
 @transaction.atomic(durable=True)
 def attempt_heartbeat(
-    *, attempt_id: str, lease_epoch: int, lease_seconds: float | None = None, cost: Any = None
+    *,
+    attempt_id: str,
+    lease_epoch: int,
+    lease_seconds: float | None = None,
+    cost: Any = None,
+    worker_token_id: int | None = None,
 ) -> Heartbeat:
     """Renew the lease. Fenced by ``lease_epoch`` only: a cancelled run's worker still renews,
     learns ``cancel_requested`` and acknowledges with ``attempt_release``."""
     seconds = lease_seconds_or_default(lease_seconds)
     parsed_cost = parse_cost(cost)
     fenced = lock_for_worker_write(
-        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=None
+        attempt_id=attempt_id,
+        lease_epoch=lease_epoch,
+        cancel_epoch=None,
+        worker_token_id=worker_token_id,
     )
     run, attempt, now = fenced.run, fenced.attempt, fenced.now
     attempt.lease_expires_at = now + dt.timedelta(seconds=seconds)
@@ -235,13 +300,18 @@ def attempt_heartbeat(
 
 
 @transaction.atomic(durable=True)
-def attempt_release(*, attempt_id: str, lease_epoch: int, reason: str) -> Run:
+def attempt_release(
+    *, attempt_id: str, lease_epoch: int, reason: str, worker_token_id: int | None = None
+) -> Run:
     """Give the lease back: ``cancelled`` acknowledges a cancel, ``shutdown`` hands the
     attempt to another worker from the latest checkpoint at once."""
     if reason not in {"cancelled", "shutdown"}:
         raise HoldpointError("invalid_input", "reason must be 'cancelled' or 'shutdown'.")
     fenced = lock_for_worker_write(
-        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=None
+        attempt_id=attempt_id,
+        lease_epoch=lease_epoch,
+        cancel_epoch=None,
+        worker_token_id=worker_token_id,
     )
     run, attempt, now = fenced.run, fenced.attempt, fenced.now
     worker = f"worker:{attempt.worker_id}"
@@ -292,13 +362,17 @@ def checkpoint_save(
     step: str,
     state: Any,
     cost: Any = None,
+    worker_token_id: int | None = None,
 ) -> Checkpoint:
     """Save an immutable snapshot of agent state; ``step`` names the step to run next."""
     if not isinstance(step, str) or not step or len(step) > 100:
         raise HoldpointError("invalid_input", "step must be 1 to 100 characters.")
     parsed_cost = parse_cost(cost)
     fenced = lock_for_worker_write(
-        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch
+        attempt_id=attempt_id,
+        lease_epoch=lease_epoch,
+        cancel_epoch=cancel_epoch,
+        worker_token_id=worker_token_id,
     )
     run, attempt = fenced.run, fenced.attempt
     number = (run.checkpoints.order_by("-number").values_list("number", flat=True).first() or 0) + 1
@@ -365,6 +439,7 @@ def attempt_interrupt(
     step_id: str = "",
     action: Any = None,
     cost: Any = None,
+    worker_token_id: int | None = None,
 ) -> InputRequest:
     """Stop at a hold point: persist the question on the checkpoint it was asked on, release
     the worker. The attempt ends ``interrupted``; resume continues in a new attempt."""
@@ -386,7 +461,10 @@ def attempt_interrupt(
     deadline = _expires_at(expires_in, expires_at)
     parsed_cost = parse_cost(cost)
     fenced = lock_for_worker_write(
-        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch
+        attempt_id=attempt_id,
+        lease_epoch=lease_epoch,
+        cancel_epoch=cancel_epoch,
+        worker_token_id=worker_token_id,
     )
     run, attempt, now = fenced.run, fenced.attempt, fenced.now
     if run.latest_checkpoint_id != checkpoint_id:
@@ -446,6 +524,7 @@ def attempt_log(
     level: str = "info",
     step: str = "",
     data: Any = None,
+    worker_token_id: int | None = None,
 ) -> RunEvent:
     """Add an agent's log line to the run's timeline (event ``agent.log``).
 
@@ -459,7 +538,10 @@ def attempt_log(
     if data is not None and (not isinstance(data, dict) or too_deep(data)):
         raise HoldpointError("invalid_input", "data must be a JSON object.")
     fenced = lock_for_worker_write(
-        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch
+        attempt_id=attempt_id,
+        lease_epoch=lease_epoch,
+        cancel_epoch=cancel_epoch,
+        worker_token_id=worker_token_id,
     )
     run, attempt = fenced.run, fenced.attempt
     event = append_event(
@@ -480,11 +562,20 @@ def attempt_log(
 
 @transaction.atomic(durable=True)
 def attempt_complete(
-    *, attempt_id: str, lease_epoch: int, cancel_epoch: int, result: Any, cost: Any = None
+    *,
+    attempt_id: str,
+    lease_epoch: int,
+    cancel_epoch: int,
+    result: Any,
+    cost: Any = None,
+    worker_token_id: int | None = None,
 ) -> Run:
     parsed_cost = parse_cost(cost)
     fenced = lock_for_worker_write(
-        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch
+        attempt_id=attempt_id,
+        lease_epoch=lease_epoch,
+        cancel_epoch=cancel_epoch,
+        worker_token_id=worker_token_id,
     )
     run, attempt, now = fenced.run, fenced.attempt, fenced.now
     attempt.status = AttemptStatus.SUCCEEDED

@@ -94,6 +94,7 @@ def test_it_drives_a_run_over_http_through_a_hold_point(operator, wclient) -> No
         "step_id": "choose",
         "answer": {"versions": ["v2"]},
         "answered_by": "olivia",
+        "action": None,
     }
     done = post(wclient, url(second, "complete"), fenced(second, result={"ok": True}, cost=0.25))
     assert done.status_code == 200

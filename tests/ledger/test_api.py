@@ -4,6 +4,7 @@ with the 401/403/404/405 paths."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from ledger.tools import get_tool
 from tests.api.conftest import client_for, worker_client
 from tests.api.conftest import post as api_post
 from tests.ledger.conftest import Receiver
-from tests.ledger.helpers import crash, hook, perform
+from tests.ledger.helpers import hook, lose_lease, perform
 from tests.runs.factory import claim, start
 
 pytestmark = pytest.mark.django_db
@@ -199,6 +200,19 @@ def outcome_url(operation_id: str) -> str:
     return f"/api/worker/side-effects/{operation_id}/outcome"
 
 
+def http_claim(wclient: APIClient, worker: str = "w1") -> Any:
+    """Claim over the worker API: the attempt is bound to ``wclient``'s token."""
+    response = api_post(wclient, "/api/worker/claim", {"worker_id": worker})
+    assert response.status_code == 200, response.content[:300]
+    return SimpleNamespace(**response.json())
+
+
+def http_crash(lease: Any, wclient: APIClient) -> Any:
+    """The worker holding ``lease`` dies; the worker behind ``wclient`` claims the next attempt."""
+    lose_lease(lease)
+    return http_claim(wclient, "w2")
+
+
 def begin_body(lease: Any, receiver: Receiver, **extra: Any) -> dict[str, Any]:
     return {
         "lease_epoch": lease.lease_epoch,
@@ -213,7 +227,7 @@ def begin_body(lease: Any, receiver: Receiver, **extra: Any) -> dict[str, Any]:
 
 def test_a_worker_begins_acts_and_records_over_http(receiver: Receiver, wclient: APIClient) -> None:
     start(approvals=["deploy"])
-    lease = claim()
+    lease = http_claim(wclient)
     answer = post(wclient, begin_url(lease), begin_body(lease, receiver), key=None)
     assert answer.status_code == 200
     data = answer.json()
@@ -241,7 +255,7 @@ def test_the_worker_routes_answer_the_ledgers_refusals(
     receiver: Receiver, wclient: APIClient
 ) -> None:
     start()
-    lease = claim()
+    lease = http_claim(wclient)
     held = post(wclient, begin_url(lease), begin_body(lease, receiver), key=None)
     assert held.status_code == 409 and held.json()["code"] == "approval_required"
     assert held.json()["step_id"] == "deploy"
@@ -251,7 +265,7 @@ def test_the_worker_routes_answer_the_ledgers_refusals(
         wclient, begin_url(lease), begin_body(lease, receiver, request={"url": "ftp://x"}), key=None
     )
     assert wrong.status_code == 422 and wrong.json()["errors"][0]["pointer"] == "/request"
-    new = crash(lease)
+    new = http_crash(lease, wclient)
     stale = post(wclient, begin_url(lease), begin_body(lease, receiver), key=None)
     assert stale.status_code == 409 and stale.json()["code"] == "stale_worker"
     compensable = begin_body(
@@ -271,9 +285,9 @@ def test_a_stale_workers_outcome_over_http_is_recorded_late(
     receiver: Receiver, wclient: APIClient
 ) -> None:
     start(approvals=["deploy"])
-    old = claim()
+    old = http_claim(wclient)
     op = post(wclient, begin_url(old), begin_body(old, receiver), key=None).json()
-    crash(old)
+    http_crash(old, wclient)
     response = post(
         wclient,
         outcome_url(op["operation_id"]),

@@ -186,13 +186,18 @@ def test_an_irreversible_effect_without_approval_is_refused(mailbox: list) -> No
         "tool": "email",
         "target": "ops@example.com",
         "reversibility": "irreversible",
+        "action_hash": ledger.action_hash(
+            tool="email",
+            target="ops@example.com",
+            request={"to": "ops@example.com", "subject": "s", "body": "b"},
+        ),
     }
     assert snapshot(run.id) == before
     assert not SideEffect.objects.exists()
 
 
-def test_an_approval_given_at_start_lets_it_act(operator, mailbox: list) -> None:
-    start(approvals=["announce"], user=operator)
+def test_an_approval_given_at_start_lets_it_act(approver, mailbox: list) -> None:
+    start(approvals=["announce"], user=approver)
     lease = claim()
     answer = begin(
         lease,
@@ -203,7 +208,7 @@ def test_an_approval_given_at_start_lets_it_act(operator, mailbox: list) -> None
     )
     assert answer.decision == "act"
     effect = SideEffect.objects.get(pk=answer.operation_id)
-    assert effect.approval["source"] == "start" and effect.approval["by"] == "olivia"
+    assert effect.approval["source"] == "start" and effect.approval["by"] == "alice"
 
 
 def test_an_approval_for_another_step_does_not_count(mailbox: list) -> None:

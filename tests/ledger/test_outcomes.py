@@ -23,8 +23,8 @@ def fence(lease) -> dict[str, int]:
     return {"lease_epoch": lease.lease_epoch, "cancel_epoch": lease.cancel_epoch}
 
 
-def pending(lease) -> str:
-    return begin(lease, tool="config_store", target="app", request=CONFIG).operation_id
+def pending(lease, step: str = "notify") -> str:
+    return begin(lease, step=step, tool="config_store", target="app", request=CONFIG).operation_id
 
 
 def test_the_live_worker_records_a_confirmed_outcome(config_dir: Path) -> None:
@@ -83,12 +83,29 @@ def test_an_outcome_is_recorded_for_a_finished_run(config_dir: Path) -> None:
     assert Run.objects.get(pk=run.id).status == "succeeded"
 
 
-def test_without_epochs_an_outcome_is_not_judged_late(config_dir: Path) -> None:
+def test_without_epochs_an_outcome_is_judged_by_the_attempt_that_began_it(
+    config_dir: Path,
+) -> None:
+    # Issue 13, finding 13: the server knows whether the effect's attempt still holds the
+    # run, so a worker's report without epochs is late once another attempt took over.
+    start()
+    lease = claim()
+    live = ledger.side_effect_record_outcome(operation_id=pending(lease), status="confirmed")
+    assert live.late is False
+    op = pending(lease, step="second")
+    crash(lease)
+    effect = ledger.side_effect_record_outcome(operation_id=op, status="confirmed")
+    assert effect.late is True
+
+
+def test_a_person_or_the_reconciler_is_never_late(config_dir: Path) -> None:
     start()
     lease = claim()
     op = pending(lease)
     crash(lease)
-    effect = ledger.side_effect_record_outcome(operation_id=op, status="confirmed")
+    effect = ledger.side_effect_record_outcome(
+        operation_id=op, status="confirmed", actor="reconciler"
+    )
     assert effect.late is False
 
 

@@ -131,7 +131,13 @@ def test_an_irreversible_action_is_held_for_approval(approver: Any, mailbox: lis
         kind="auth_required",
         prompt="Send the announcement to ops@example.com?",
         step_id="announce",
-        action={"tool": "email", "target": "ops@example.com", "reversibility": "irreversible"},
+        # What the approver sees, and all the approval covers: tool, target and request.
+        action={
+            "tool": "email",
+            "target": "ops@example.com",
+            "change": mail,
+            "reversibility": "irreversible",
+        },
     )
     # ...a person approves, and the next attempt may act.
     services.run_resume(
@@ -164,7 +170,11 @@ def test_a_denied_action_stays_refused(approver: Any, mailbox: list[Any]) -> Non
         kind="auth_required",
         prompt="Send it?",
         step_id="announce",
-        action={"tool": "email", "target": "ops@example.com"},
+        action={
+            "tool": "email",
+            "target": "ops@example.com",
+            "change": {"to": "ops@example.com", "subject": "s"},
+        },
     )
     services.run_resume(
         run_id=run.id,

@@ -10,6 +10,7 @@ from ledger.tools.config_store import ConfigStore
 from runs import services
 from runtime.demo_agents.auth_token_migration import DOCUMENT, agent
 from runtime.executor import Outcome
+from tests.runs.factory import preapprover
 from tests.runtime.conftest import fresh, run_next
 
 pytestmark = pytest.mark.django_db
@@ -78,7 +79,10 @@ def test_it_asks_approves_writes_and_notifies(store, approver) -> None:
 
 def test_an_edit_while_the_approval_waits_asks_again(store) -> None:
     run = services.run_start(
-        agent=agent.name, input={"notify": "a@example.com"}, approvals=["notify.email"]
+        agent=agent.name,
+        input={"notify": "a@example.com"},
+        approvals=["notify.email"],
+        user=preapprover(),
     )
     run_next(agent)
     answer(run, {"versions": ["v2"]})

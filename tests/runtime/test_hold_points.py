@@ -17,6 +17,7 @@ from runs import services
 from runs.models import Attempt, InputRequest
 from runtime.executor import Outcome
 from runtime.sdk import ApprovalDenied
+from tests.runs.factory import preapprover
 from tests.runtime.conftest import claim, events, expire_lease, fresh, run_next
 
 pytestmark = pytest.mark.django_db
@@ -223,7 +224,9 @@ def test_an_approval_given_at_start_is_used_without_asking(make_agent) -> None:
     def change(ctx, state):
         return ctx.done(ctx.approve("restart", "staging/api").approved)
 
-    run = services.run_start(agent=agent.name, input={}, approvals=["change.approve"])
+    run = services.run_start(
+        agent=agent.name, input={}, approvals=["change.approve"], user=preapprover()
+    )
     assert run_next(agent) == Outcome.SUCCEEDED
     assert fresh(run).result is True
     assert not InputRequest.objects.filter(run=run).exists()

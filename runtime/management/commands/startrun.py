@@ -1,10 +1,16 @@
-"""Start a run from the command line: ``manage.py startrun AGENT '{"json": "input"}' --watch``."""
+"""Start a run from the command line: ``manage.py startrun AGENT '{"json": "input"}' --watch``.
+
+``--approve STEP_ID`` approves a step at start. That is an approval by a person, so it
+needs ``--as USERNAME`` naming someone with the approve permission; the run records
+them as the approver.
+"""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from runs.errors import HoldpointError
@@ -23,7 +29,14 @@ class Command(BaseCommand):
             action="append",
             default=[],
             metavar="STEP_ID",
-            help="An approval given at start (repeatable), e.g. notify.email.",
+            help="An approval given at start (repeatable), e.g. notify.email. Needs --as "
+            "naming a person with the approve permission.",
+        )
+        parser.add_argument(
+            "--as",
+            dest="username",
+            default=None,
+            help="Start the run as this user (who must hold the approve permission for --approve).",
         )
         parser.add_argument(
             "--watch", action="store_true", help="Print the timeline until it stops or asks."
@@ -37,11 +50,22 @@ class Command(BaseCommand):
             value = json.loads(options["input"])
         except json.JSONDecodeError as exc:
             raise CommandError(f"The input is not JSON: {exc}") from exc
+        user = None
+        if options["username"]:
+            user = get_user_model().objects.filter(username=options["username"]).first()
+            if user is None:
+                raise CommandError(f"There is no user {options['username']!r}.")
+        elif options["approve"]:
+            raise CommandError(
+                "--approve is an approval by a person: name them with --as USERNAME "
+                "(someone with the approve permission)."
+            )
         try:
             run = run_start(
                 agent=options["agent"],
                 input=value,
-                actor="cli",
+                user=user,
+                actor=None if user else "cli",
                 approvals=options["approve"] or None,
             )
         except HoldpointError as exc:

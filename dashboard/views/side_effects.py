@@ -167,14 +167,11 @@ def retry_preview(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     """What a retry does with the side effects already recorded (UX 14)."""
     run = run_get_for_user(user=request.user, run_id=run_id)
     effects = list(side_effects_for_run(run.id))
-    groups: dict[str, list[SideEffect]] = {"reused": [], "looked_up": [], "again": []}
+    # The ledger's own decision table says what a retry's step does with each record.
+    group_of = {"reuse": "reused", "look_up": "looked_up", "refuse": "blocked", "act": "again"}
+    groups: dict[str, list[SideEffect]] = {name: [] for name in group_of.values()}
     for effect in effects:
-        if effect.status in (S.CONFIRMED, S.COMPENSATION_FAILED):
-            groups["reused"].append(effect)
-        elif effect.status in (S.PENDING, S.UNKNOWN):
-            groups["looked_up"].append(effect)
-        else:
-            groups["again"].append(effect)
+        groups[group_of[services.decision_for(effect.status)]].append(effect)
     return render(
         request,
         "dashboard/report.html#retry-preview",

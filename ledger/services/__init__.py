@@ -22,6 +22,7 @@ from ledger.services.intents import (
     action_hash,
     approval_for,
     approved_action_hash,
+    decision_for,
     side_effect_begin,
 )
 from ledger.services.outcomes import (
@@ -42,6 +43,7 @@ __all__ = [
     "approval_for",
     "approved_action_hash",
     "compensation_key_for",
+    "decision_for",
     "idempotency_key_for",
     "needs_reconciliation_q",
     "side_effect_begin",

@@ -49,6 +49,25 @@ from runs.states import RequestKind, RequestStatus
 
 Decision = Literal["act", "look_up", "reuse"]
 
+# The ledger's decision table: what beginning a side effect again does, by the status of
+# the record its key finds (no record: "act"). "refuse" is 409 side_effect_unknown:
+# automatic retries stop until a person or the reconciler settles it. A compensated
+# record is never reused: the next generation of the key acts anew. The retry preview
+# (dashboard/views/side_effects.py) reads this table too.
+DECISIONS: dict[str, Decision | Literal["refuse"]] = {
+    SideEffectStatus.PENDING: "look_up",
+    SideEffectStatus.CONFIRMED: "reuse",
+    SideEffectStatus.COMPENSATION_FAILED: "reuse",
+    SideEffectStatus.UNKNOWN: "refuse",
+    SideEffectStatus.FAILED: "act",
+    SideEffectStatus.COMPENSATED: "act",
+}
+
+
+def decision_for(status: str | None) -> Decision | Literal["refuse"]:
+    """What beginning the effect again does when its key finds a record in ``status``."""
+    return "act" if status is None else DECISIONS[status]
+
 
 @dataclass(frozen=True)
 class Begin:
@@ -327,7 +346,8 @@ def side_effect_begin(
         )
         return _answer("act", effect)
 
-    if effect.status == SideEffectStatus.UNKNOWN:
+    decision = decision_for(effect.status)
+    if decision == "refuse":
         raise HoldpointError(
             "side_effect_unknown",
             f"Whether {effect.tool} on {effect.target} happened is unknown; automatic retries "
@@ -336,7 +356,7 @@ def side_effect_begin(
             idempotency_key=effect.idempotency_key,
         )
 
-    if effect.status == SideEffectStatus.PENDING:
+    if decision == "look_up":
         # The worker that wrote the intent is gone (or this is a repeat of the same call):
         # the act may or may not have happened. Responsibility moves to this attempt.
         recorded = action_hash(tool=effect.tool, target=effect.target, request=effect.request)
@@ -360,7 +380,7 @@ def side_effect_begin(
         )
         return _answer("look_up", effect)
 
-    if effect.status in (SideEffectStatus.CONFIRMED, SideEffectStatus.COMPENSATION_FAILED):
+    if decision == "reuse":
         emit(
             run,
             "side_effect.reused",

@@ -265,5 +265,8 @@ def test_the_retry_panel_previews_what_happens_to_recorded_effects(
     client.force_login(operator)
     html = text(client.get(f"/side-effects/runs/{run.id}/retry-preview", **HTMX))
     assert "2 that happened: reused, not done again" in html
-    assert "1 unsettled: looked up by key before anything is done" in html
+    # Unknown is not "looked up": the ledger refuses to begin it again, and the run may not
+    # be retried until a person settles it (the ledger's decision table says so).
+    assert "1 unknown: no retry until a person settles it" in html
+    assert "looked up by key" not in html
     assert "1 that did not happen or was undone: may be attempted again" in html

@@ -306,3 +306,19 @@ def test_a_supplied_key_is_used_and_cannot_name_another_effect(config_dir: Path)
         begin(lease_b, tool="config_store", request=config(), idempotency_key="my-key-1")
     assert exc.value.code == "invalid_input"
     assert exc.value.extra["operation_id"] is None  # another run's operation is not disclosed
+
+
+def test_the_retry_preview_and_begin_read_one_decision_table() -> None:
+    from ledger.models import SideEffectStatus
+    from ledger.services import decision_for
+
+    # Every status has a decision, and "unknown" is refused, never looked up.
+    assert {s: decision_for(s) for s in SideEffectStatus.values} == {
+        "pending": "look_up",
+        "confirmed": "reuse",
+        "compensation_failed": "reuse",
+        "unknown": "refuse",
+        "failed": "act",
+        "compensated": "act",
+    }
+    assert decision_for(None) == "act"

@@ -89,15 +89,19 @@ def run_cost_before(lease: Lease) -> Any:
 def seconds_until_due(agents: list[str]) -> float | None:
     """Seconds until the next queued or backing-off attempt of ``agents`` may be claimed
     (0 when one is due now), or None when there is none. Served by run_claimable_idx."""
-    from django.db.models import Min
+    from django.db.models import Exists, Min, OuterRef
 
     from runs.clock import db_now
-    from runs.models import Run
+    from runs.models import AgentGate, Run
     from runs.states import RunStatus
 
-    due = Run.objects.filter(
-        status__in=[RunStatus.QUEUED, RunStatus.WAITING], agent__in=agents
-    ).aggregate(due=Min("not_before"))["due"]
+    # Runs of a paused agent are not due, however old: idle workers must not spin on them.
+    gated = AgentGate.objects.filter(agent=OuterRef("agent"), paused=True)
+    due = (
+        Run.objects.filter(status__in=[RunStatus.QUEUED, RunStatus.WAITING], agent__in=agents)
+        .filter(~Exists(gated))
+        .aggregate(due=Min("not_before"))["due"]
+    )
     if due is None:
         return None
     return max(0.0, (due - db_now()).total_seconds())

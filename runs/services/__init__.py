@@ -22,6 +22,7 @@ from runs.services.lifecycle import (
     checkpoint_save,
     run_start,
 )
+from runs.services.pause import agent_pause, agent_unpause, run_pause
 from runs.services.sweeps import (
     backoffs_due,
     history_purge,
@@ -34,6 +35,8 @@ from runs.services.sweeps import (
 __all__ = [
     "Heartbeat",
     "Lease",
+    "agent_pause",
+    "agent_unpause",
     "attempt_claim",
     "attempt_complete",
     "attempt_fail",
@@ -50,6 +53,7 @@ __all__ = [
     "requests_expire",
     "retry_blockers",
     "run_cancel",
+    "run_pause",
     "run_resume",
     "run_retry",
     "run_start",

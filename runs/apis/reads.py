@@ -18,12 +18,17 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from runs.agents import all_agent_specs
 from runs.apis.base import AUTH_CODES, problems, require_perm, validated
 from runs.models import InputRequest, Run
-from runs.selectors import VIEW, inbox_for_user, run_get_for_user, runs_for_user
+from runs.selectors import (
+    VIEW,
+    agents_overview,
+    inbox_for_user,
+    run_get_for_user,
+    runs_for_user,
+)
 from runs.serializers import (
-    AgentSerializer,
+    AgentOverviewSerializer,
     AttemptSerializer,
     CheckpointSerializer,
     InputRequestSerializer,
@@ -76,14 +81,16 @@ def _choices(values: Any) -> list[str]:
 
 
 @extend_schema(
-    tags=["agents"], responses={200: AgentSerializer(many=True), **problems(*AUTH_CODES)}
+    tags=["agents"],
+    responses={200: AgentOverviewSerializer(many=True), **problems(*AUTH_CODES)},
 )
 class AgentListApi(APIView):
-    """The registry: Python agents of the workers and agents declared for HTTP workers."""
+    """The registry: Python agents of the workers and agents declared for HTTP workers,
+    each with its gate (open or paused: who, why, since when) and its runs by status."""
 
     def get(self, request: Request) -> Response:
         require_perm(request.user, VIEW)
-        return Response(AgentSerializer(all_agent_specs(), many=True).data)
+        return Response(AgentOverviewSerializer(agents_overview(), many=True).data)
 
 
 class RunListApi(QueryValidated, ListAPIView):

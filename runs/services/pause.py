@@ -224,13 +224,17 @@ def _agent_pause(name: str, reason: str, *, user: UserLike, actor: str) -> Agent
 
 
 @measured("agent_unpause")
-def agent_unpause(*, agent: str, user: UserLike = None, actor: str | None = None) -> AgentGate:
+def agent_unpause(
+    *, agent: str, reason: str = "", user: UserLike = None, actor: str | None = None
+) -> AgentGate:
     """Reopen the agent's gate: its held and queued runs go on by themselves, soonest first."""
     name = _agent_name(agent)
+    if not isinstance(reason, str) or len(reason) > MAX_REASON:
+        raise HoldpointError("invalid_input", "reason must be text of at most 2,000 characters.")
     actor = actor or actor_for(user)
     _ensure_gate_row(name)
     gate = _agent_unpause(name, actor=actor)
-    _tell_runs(name, "agent.unpaused", actor, {"agent": name})
+    _tell_runs(name, "agent.unpaused", actor, {"agent": name, "reason": reason.strip()})
     return gate
 
 

@@ -26,6 +26,13 @@ class Command(BaseCommand):
             help="An approval given at start (repeatable), e.g. notify.email.",
         )
         parser.add_argument(
+            "--pause-before",
+            action="append",
+            default=[],
+            metavar="STEP",
+            help="A breakpoint (repeatable): pause before this step every time it is reached.",
+        )
+        parser.add_argument(
             "--watch", action="store_true", help="Print the timeline until it stops or asks."
         )
         parser.add_argument(
@@ -43,6 +50,7 @@ class Command(BaseCommand):
                 input=value,
                 actor="cli",
                 approvals=options["approve"] or None,
+                pause_before=options["pause_before"] or None,
             )
         except HoldpointError as exc:
             raise CommandError(f"{exc.code}: {exc.detail} {exc.extra or ''}".strip()) from exc

@@ -90,8 +90,8 @@ def run_resume(
     *,
     run_id: str,
     request_id: str,
-    checkpoint_id: str,
-    value: Any,
+    checkpoint_id: str | None,
+    value: Any = None,
     user: UserLike = None,
     actor: str | None = None,
 ) -> Run:

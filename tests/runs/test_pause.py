@@ -142,7 +142,7 @@ def test_a_cancelling_and_a_finished_run_are_refused() -> None:
         if finished != done.id:
             services.run_cancel(run_id=finished)
         before = snapshot(finished)
-        refused("invalid_state", lambda: services.run_pause(run_id=finished, reason="x"))  # noqa: B023
+        refused("invalid_state", lambda: services.run_pause(run_id=finished, reason="x"))
         assert snapshot(finished) == before
 
 

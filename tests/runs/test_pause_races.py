@@ -35,12 +35,12 @@ def test_pause_racing_the_step_commit_keeps_the_commit_then_pauses_on_it() -> No
         lease = claim(lease_seconds=30)
         services.checkpoint_save(**epochs(lease), step="two", state={"n": n})
         saved, paused = race(
-            lambda: services.checkpoint_save(  # noqa: B023
-                **epochs(lease),  # noqa: B023
+            lambda: services.checkpoint_save(
+                **epochs(lease),
                 step="three",
-                state={"n": n},  # noqa: B023
+                state={"n": n},
             ),
-            lambda: services.run_pause(run_id=run.id, reason="race"),  # noqa: B023
+            lambda: services.run_pause(run_id=run.id, reason="race"),
         )
         assert not isinstance(saved, Exception), saved  # a pause is not a fence
         assert not isinstance(paused, Exception), paused
@@ -62,8 +62,8 @@ def test_pause_racing_cancel_never_ends_both_ways_cancel_wins() -> None:
         run = start()
         lease = claim(lease_seconds=30) if n % 2 == 0 else None
         paused, cancelled = race(
-            lambda: services.run_pause(run_id=run.id, reason="race"),  # noqa: B023
-            lambda: services.run_cancel(run_id=run.id, reason="race"),  # noqa: B023
+            lambda: services.run_pause(run_id=run.id, reason="race"),
+            lambda: services.run_cancel(run_id=run.id, reason="race"),
         )
         assert not isinstance(cancelled, Exception), cancelled  # a cancel is never refused
         if isinstance(paused, HoldpointError):
@@ -82,9 +82,7 @@ def test_pause_racing_cancel_never_ends_both_ways_cancel_wins() -> None:
         assert not InputRequest.objects.filter(run=run, kind="pause", status="pending").exists()
         types = list(RunEvent.objects.filter(run=run).values_list("type", flat=True))
         assert types.count("run.cancelled") == 1
-        assert "run.paused" not in types or types.index("run.paused") < types.index(
-            "run.cancelled"
-        )
+        assert "run.paused" not in types or types.index("run.paused") < types.index("run.cancelled")
     assert outcomes
 
 
@@ -95,7 +93,7 @@ def test_pause_racing_lease_expiry_and_a_claim_pauses_and_never_runs_twice() -> 
         services.checkpoint_save(**epochs(old), step="two", state={})
         expire(run.id)
         paused, swept, new = race(
-            lambda: services.run_pause(run_id=run.id, reason="race"),  # noqa: B023
+            lambda: services.run_pause(run_id=run.id, reason="race"),
             lambda: services.leases_expire(),
             lambda: services.attempt_claim(worker_id="new", lease_seconds=30),
         )
@@ -116,9 +114,7 @@ def test_pause_racing_lease_expiry_and_a_claim_pauses_and_never_runs_twice() -> 
         assert services.attempt_claim(worker_id="another") is None
 
 
-def test_continue_racing_a_second_pause_leaves_one_order_and_refuses_the_stale_continue() -> (
-    None
-):
+def test_continue_racing_a_second_pause_leaves_one_order_and_refuses_the_stale_continue() -> None:
     outcomes = set()
     for _ in range(ROUNDS):
         run = start()
@@ -129,11 +125,11 @@ def test_continue_racing_a_second_pause_leaves_one_order_and_refuses_the_stale_c
         first = pause_request(run)
         continued, paused_again = race(
             lambda: services.run_resume(
-                run_id=run.id,  # noqa: B023
-                request_id=first.id,  # noqa: B023
-                checkpoint_id=cp.id,  # noqa: B023
+                run_id=run.id,
+                request_id=first.id,
+                checkpoint_id=cp.id,
             ),
-            lambda: services.run_pause(run_id=run.id, reason="second"),  # noqa: B023
+            lambda: services.run_pause(run_id=run.id, reason="second"),
         )
         assert not isinstance(continued, Exception), continued
         run.refresh_from_db()

@@ -72,8 +72,11 @@ def answerable_kinds(user: Any) -> list[str]:
     return kinds
 
 
-def inbox_for_user(*, user: Any, mine_only: bool = True) -> QuerySet[InputRequest]:
+def inbox_for_user(
+    *, user: Any, mine_only: bool = True, pauses: bool = False
+) -> QuerySet[InputRequest]:
     """Pending requests, soonest expiry first. ``mine_only``: only kinds the user may answer.
+    Paused runs have their own tab (``paused_for_user``); ``pauses`` includes them (API).
 
     The inbox badge and the list both come from this one query (UX 2).
     """
@@ -82,6 +85,8 @@ def inbox_for_user(*, user: Any, mine_only: bool = True) -> QuerySet[InputReques
     requests = InputRequest.objects.filter(status=RequestStatus.PENDING)
     if mine_only:
         requests = requests.filter(kind__in=answerable_kinds(user))
+    elif not pauses:
+        requests = requests.exclude(kind=RequestKind.PAUSE)
     return requests.select_related("run").order_by("expires_at", "id")
 
 

@@ -218,7 +218,7 @@ class InputRequestListApi(QueryValidated, ListAPIView):
         require_perm(user, VIEW)
         query = self.query(self.request)
         if query["status"] == RequestStatus.PENDING:
-            requests = inbox_for_user(user=user, mine_only=query["mine"])
+            requests = inbox_for_user(user=user, mine_only=query["mine"], pauses=True)
         else:
             requests = InputRequest.objects.filter(status=query["status"]).select_related("run")
         if query.get("kind"):

@@ -120,14 +120,14 @@ def test_the_agents_page_pauses_and_unpauses_with_the_confirm_text(
     assert "1 running attempts will stop at their next step; 2 queued runs will wait" in confirm
     key = hidden(confirm, "idempotency_key")
     response = client.post(f"/agents/{AGENT}/pause", {"idempotency_key": key, "reason": "INC-7"})
-    assert response.status_code == 302
+    assert response.status_code == 303
     gate = AgentGate.objects.get(pk=AGENT)
     assert gate.paused and gate.reason == "INC-7" and gate.actor == "user:olivia"
     page = text(client.get("/agents/"))
     assert 'data-gate="paused"' in page and "by olivia since" in page and "INC-7" in page
     assert "agent.paused" in list(running.events.values_list("type", flat=True))
     key = hidden(page.split(f'/agents/{AGENT}/unpause"')[1], "idempotency_key")
-    assert client.post(f"/agents/{AGENT}/unpause", {"idempotency_key": key}).status_code == 302
+    assert client.post(f"/agents/{AGENT}/unpause", {"idempotency_key": key}).status_code == 303
     assert not AgentGate.objects.get(pk=AGENT).paused
     assert client.get("/agents/nobody/confirm-pause").status_code == 404
     assert (

@@ -260,9 +260,10 @@ def _tell_runs(agent: str, type: str, actor: str, payload: dict[str, Any]) -> No
     running ones on pause, the held ones on unpause), so their pages are pushed and the
     in-process workers hear it, and tell each running attempt's worker over NOTIFY.
 
-    In transactions of their own, after the gate's commit: a claim holds its run and then
-    waits for the gate row, so locking runs while holding the gate could deadlock. A
-    worker that misses this hears it from its next heartbeat or checkpoint answer.
+    In a transaction of its own, after the gate's commit: a claim holds its run and then
+    waits for the gate row, so locking runs while holding the gate could deadlock. The
+    runs are locked in id order (one lock order). A worker that misses this (a crash
+    in between) hears it from its next heartbeat or checkpoint answer.
     """
     if type == "agent.paused":
         runs = Run.objects.filter(agent=agent, status=RunStatus.RUNNING)
@@ -272,13 +273,9 @@ def _tell_runs(agent: str, type: str, actor: str, payload: dict[str, Any]) -> No
             status=RunStatus.QUEUED,
             current_attempt__reason=AttemptReason.HELD,
         )
-    for run_id in runs.order_by("id").values_list("id", flat=True):
-        with transaction.atomic(durable=True):
-            run = Run.objects.select_for_update(of=("self",)).filter(pk=run_id).first()
-            if run is None:
-                continue
+    with transaction.atomic(durable=True):
+        for run in runs.select_for_update(of=("self",)).order_by("id"):
             append_event(run, type, actor, payload)
             run.save(update_fields=["last_event_seq", "updated_at"])
-            running = run.status == RunStatus.RUNNING and run.current_attempt_id
-            if type == "agent.paused" and running:
+            if type == "agent.paused" and run.current_attempt_id:
                 notify_pause(str(run.current_attempt_id))

@@ -102,16 +102,23 @@ def request_get_for_user(*, user: Any, request_id: str) -> InputRequest:
 
 
 def agents_overview() -> list[dict[str, Any]]:
-    """Every agent with its gate (open or paused: who, why, since when), its runs by
+    """Every agent with its gate (open or paused: who, why, since when), its live runs by
     status, how many runs the gate holds and how many attempts are running. Two queries
     besides the registry: the counts by (agent, status) and the gates."""
     from django.db.models import Count
 
     from runs.agents import all_agent_specs
+    from runs.states import TERMINAL
 
+    # Live runs only: run_status_created_idx serves this (status leads it), so the page's
+    # poll reads the runs that are not finished, not every run ever made.
+    live = [status for status in RunStatus.values if status not in TERMINAL]
     counts: dict[str, dict[str, int]] = {}
     for agent, status, n in (
-        Run.objects.values_list("agent", "status").annotate(n=Count("id")).order_by()
+        Run.objects.filter(status__in=live)
+        .values_list("agent", "status")
+        .annotate(n=Count("id"))
+        .order_by()
     ):
         counts.setdefault(agent, {})[status] = n
     gates = {gate.agent: gate for gate in AgentGate.objects.select_related("paused_by")}

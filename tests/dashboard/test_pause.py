@@ -126,7 +126,7 @@ def test_the_agents_page_pauses_and_unpauses_with_the_confirm_text(
     page = text(client.get("/agents/"))
     assert 'data-gate="paused"' in page and "by olivia since" in page and "INC-7" in page
     assert "agent.paused" in list(running.events.values_list("type", flat=True))
-    key = hidden(page.split(f'/agents/{AGENT}/unpause"')[1], "idempotency_key")
+    key = hidden(page.split(f'/agents/{AGENT}/unpause"')[-1], "idempotency_key")
     assert client.post(f"/agents/{AGENT}/unpause", {"idempotency_key": key}).status_code == 303
     assert not AgentGate.objects.get(pk=AGENT).paused
     assert client.get("/agents/nobody/confirm-pause").status_code == 404

@@ -25,6 +25,7 @@ ERROR_STATUS: dict[str, int] = {
     "idempotency_key_missing": 400,
     "idempotency_key_malformed": 400,
     "invalid_input": 422,
+    "destination_not_allowed": 422,
     "unknown_agent": 422,
     "not_found": 404,
     "permission_denied": 403,
@@ -32,7 +33,7 @@ ERROR_STATUS: dict[str, int] = {
     "malformed_request": 400,
     "payload_too_large": 413,
     "method_not_allowed": 405,
-    # HTTP-level refusals of the API (runs.problems renders every one as problem+json).
+    # HTTP-level refusals of the API (api.problems renders every one as problem+json).
     "authentication_failed": 401,
     "csrf_failed": 403,
     "not_acceptable": 406,

@@ -8,13 +8,15 @@ requests and events, so there is one lock order and no deadlock between them.
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 
 from runs.ids import new_attempt_id, new_checkpoint_id, new_request_id, new_run_id
 from runs.states import (
+    CLAIMABLE,
     AttemptReason,
     AttemptStatus,
     FailureClass,
@@ -135,7 +137,7 @@ class Run(models.Model):
             models.Index(
                 fields=["not_before"],
                 name="run_claimable_idx",
-                condition=Q(status__in=[RunStatus.QUEUED, RunStatus.WAITING]),
+                condition=Q(status__in=sorted(CLAIMABLE)),
             ),
             # Serves the runs list: filter by status, newest first.
             models.Index(fields=["status", "-created_at"], name="run_status_created_idx"),
@@ -183,6 +185,17 @@ class Checkpoint(models.Model):
         return self.id
 
 
+def claimable_q(due: Any = None) -> Q:
+    """Runs whose current attempt a worker may claim: the one rule, used by the claim and by
+    the workers' "when is the next one due" (both served by ``run_claimable_idx``). With
+    ``due`` (a time, or ``Now()`` to read the clock in the claim's own statement), only those
+    due by then. A run of an agent whose gate is closed (the kill switch, ``AgentGate``) is
+    never claimable: the claim's own SQL says NOT EXISTS a closed gate of the run's agent."""
+    gated = AgentGate.objects.filter(agent=OuterRef("agent"), paused=True)
+    rule = Q(Q(status__in=sorted(CLAIMABLE)), ~Exists(gated))
+    return rule if due is None else rule & Q(not_before__lte=due)
+
+
 class Attempt(models.Model):
     id = models.CharField(primary_key=True, max_length=40, default=new_attempt_id, editable=False)
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="attempts")
@@ -224,7 +237,7 @@ class Attempt(models.Model):
             ),
         ]
         indexes = [
-            # Serves leases_expire: WHERE status = 'running' AND lease_expires_at < now.
+            # Serves leases_expire: WHERE status = 'running' AND lease_expires_at <= now.
             models.Index(
                 fields=["lease_expires_at"],
                 name="attempt_lease_expiry_idx",

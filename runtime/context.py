@@ -24,7 +24,8 @@ from runs import services
 from runs.errors import HoldpointError
 from runs.schemas import canonical_json
 from runtime.control import AttemptControl, HoldPointReached, SideEffectUnknown
-from runtime.sdk import (
+from runtime.selectors import Answer
+from runtime.types import (
     Approval,
     ApprovalDenied,
     Confirmed,
@@ -33,7 +34,6 @@ from runtime.sdk import (
     Next,
     SideEffectFailed,
 )
-from runtime.selectors import Answer
 
 logger = logging.getLogger("runtime")
 

@@ -89,19 +89,16 @@ def run_cost_before(lease: Lease) -> Any:
 def seconds_until_due(agents: list[str]) -> float | None:
     """Seconds until the next queued or backing-off attempt of ``agents`` may be claimed
     (0 when one is due now), or None when there is none. Served by run_claimable_idx."""
-    from django.db.models import Exists, Min, OuterRef
+    from django.db.models import Min
 
     from runs.clock import db_now
-    from runs.models import AgentGate, Run
-    from runs.states import RunStatus
+    from runs.models import Run, claimable_q
 
-    # Runs of a paused agent are not due, however old: idle workers must not spin on them.
-    gated = AgentGate.objects.filter(agent=OuterRef("agent"), paused=True)
-    due = (
-        Run.objects.filter(status__in=[RunStatus.QUEUED, RunStatus.WAITING], agent__in=agents)
-        .filter(~Exists(gated))
-        .aggregate(due=Min("not_before"))["due"]
-    )
+    # claimable_q leaves out the runs of a paused agent: however old, they are not due, and
+    # idle workers must not spin on them.
+    due = Run.objects.filter(claimable_q(), agent__in=agents).aggregate(due=Min("not_before"))[
+        "due"
+    ]
     if due is None:
         return None
     return max(0.0, (due - db_now()).total_seconds())

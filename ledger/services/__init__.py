@@ -11,7 +11,12 @@
 
 from __future__ import annotations
 
-from ledger.services._common import compensation_key_for, idempotency_key_for
+from ledger.services._common import (
+    compensation_key_for,
+    idempotency_key_for,
+    needs_reconciliation_q,
+    stale_pending_q,
+)
 from ledger.services.intents import Begin, approval_for, side_effect_begin
 from ledger.services.outcomes import (
     LookUp,
@@ -30,6 +35,7 @@ __all__ = [
     "approval_for",
     "compensation_key_for",
     "idempotency_key_for",
+    "needs_reconciliation_q",
     "side_effect_begin",
     "side_effect_compensate",
     "side_effect_look_up",
@@ -37,4 +43,5 @@ __all__ = [
     "side_effect_reconcile",
     "side_effect_record_outcome",
     "side_effects_look_up_stale",
+    "stale_pending_q",
 ]

@@ -372,7 +372,7 @@ def test_the_gate_of_an_unknown_agent_is_not_found() -> None:
     assert not AgentGate.objects.exists()
 
 
-def test_a_closed_gate_leaves_other_agents_claimable(make_spec: Any = None) -> None:
+def test_a_closed_gate_leaves_other_agents_claimable() -> None:
     from runs.agents import AgentSpec, register_agent_spec, unregister_agent_spec
 
     register_agent_spec(AgentSpec(name="other-agent"))

@@ -39,10 +39,9 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("inbox/paused", views.inbox_paused, name="inbox-paused"),
     path("agents/", views.agent_list, name="agent-list"),
     path("agents/<str:name>/confirm-pause", views.agent_pause_confirm, name="agent-pause-confirm"),
+    path("agents/<str:name>/pause", views.agent_gate, {"action": "pause"}, name="agent-pause"),
     path(
-        "agents/<str:name>/<str:action>",
-        views.agent_gate,
-        name="agent-gate",
+        "agents/<str:name>/unpause", views.agent_gate, {"action": "unpause"}, name="agent-unpause"
     ),
     path("runs/", views.run_list, name="run-list"),
     path("runs/new", views.run_start, name="run-start"),

@@ -63,6 +63,12 @@ class RunStartApi(IdempotentMixin, APIView):
             help_text="Step ids approved at start. This is an approval by the caller: it "
             "needs the approve permission (403 `preapproval_not_permitted` without it).",
         )
+        pause_before = serializers.ListField(
+            child=serializers.CharField(max_length=100),
+            required=False,
+            max_length=100,
+            help_text="Breakpoints: the run pauses before each of these steps, every time.",
+        )
 
     @extend_schema(
         tags=["control"],
@@ -102,6 +108,7 @@ class RunStartApi(IdempotentMixin, APIView):
                     agent=data["agent"],
                     input=data["input"],
                     approvals=data.get("approvals"),
+                    pause_before=data.get("pause_before"),
                     user=request.user,
                 )
             return Response(RunSerializer(run).data, status=201)
@@ -121,8 +128,17 @@ class RunResumeApi(IdempotentMixin, APIView):
             ref_name = "RunResumeInput"
 
         request_id = serializers.CharField(max_length=40)
-        checkpoint_id = serializers.CharField(max_length=40)
-        value = serializers.JSONField(allow_null=True, help_text="Checked against the schema.")
+        checkpoint_id = serializers.CharField(
+            max_length=40,
+            allow_null=True,
+            help_text="null only to continue a run paused before its first checkpoint.",
+        )
+        value = serializers.JSONField(
+            allow_null=True,
+            required=False,
+            default=None,
+            help_text="Checked against the schema; absent or null to continue a paused run.",
+        )
 
     @extend_schema(
         tags=["control"],
@@ -145,7 +161,7 @@ class RunResumeApi(IdempotentMixin, APIView):
     def post(self, request: Request, run_id: str) -> HttpResponse:
         user = request.user
         run = run_get_for_user(user=user, run_id=run_id)
-        if not (user.has_perm(ANSWER) or user.has_perm(APPROVE)):
+        if not (user.has_perm(ANSWER) or user.has_perm(APPROVE) or user.has_perm(CANCEL)):
             raise PermissionDenied("You may neither answer questions nor approve actions.")
         self.idempotency_key(request)
         data = validated(self.InputSerializer, request.data)

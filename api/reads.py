@@ -20,16 +20,21 @@ from rest_framework.views import APIView
 
 from api.base import AUTH_CODES, problems, require_perm, validated
 from api.serializers import (
-    AgentSerializer,
+    AgentOverviewSerializer,
     AttemptSerializer,
     CheckpointSerializer,
     InputRequestSerializer,
     RunEventSerializer,
     RunSerializer,
 )
-from runs.agents import all_agent_specs
 from runs.models import InputRequest, Run
-from runs.selectors import VIEW, inbox_for_user, run_get_for_user, runs_for_user
+from runs.selectors import (
+    VIEW,
+    agents_overview,
+    inbox_for_user,
+    run_get_for_user,
+    runs_for_user,
+)
 from runs.states import RequestKind, RequestStatus, RunStatus
 
 RUN_RELATED = ("current_attempt", "pending_request", "pending_request__answered_by")
@@ -76,14 +81,16 @@ def _choices(values: Any) -> list[str]:
 
 
 @extend_schema(
-    tags=["agents"], responses={200: AgentSerializer(many=True), **problems(*AUTH_CODES)}
+    tags=["agents"],
+    responses={200: AgentOverviewSerializer(many=True), **problems(*AUTH_CODES)},
 )
 class AgentListApi(APIView):
-    """The registry: Python agents of the workers and agents declared for HTTP workers."""
+    """The registry: Python agents of the workers and agents declared for HTTP workers,
+    each with its gate (open or paused: who, why, since when) and its runs by status."""
 
     def get(self, request: Request) -> Response:
         require_perm(request.user, VIEW)
-        return Response(AgentSerializer(all_agent_specs(), many=True).data)
+        return Response(AgentOverviewSerializer(agents_overview(), many=True).data)
 
 
 class RunListApi(QueryValidated, ListAPIView):
@@ -211,7 +218,7 @@ class InputRequestListApi(QueryValidated, ListAPIView):
         require_perm(user, VIEW)
         query = self.query(self.request)
         if query["status"] == RequestStatus.PENDING:
-            requests = inbox_for_user(user=user, mine_only=query["mine"])
+            requests = inbox_for_user(user=user, mine_only=query["mine"], pauses=True)
         else:
             requests = InputRequest.objects.filter(status=query["status"]).select_related("run")
         if query.get("kind"):

@@ -220,3 +220,27 @@ class ProblemSerializer(serializers.Serializer):
     code = serializers.CharField(help_text="Stable machine-readable code.")
     instance = serializers.CharField(required=False, help_text="The request path.")
     errors = ProblemErrorSerializer(many=True, required=False)  # type: ignore[assignment]
+
+
+class AgentOverviewSerializer(serializers.Serializer):
+    """An agent with its gate (the kill switch) and its runs: ``GET /api/agents``."""
+
+    name = serializers.CharField()
+    description = serializers.CharField(source="spec.description")
+    source = serializers.ChoiceField(  # type: ignore[assignment]
+        choices=["python", "declared"], source="spec.source"
+    )
+    input_schema = serializers.JSONField(source="spec.input_schema")
+    retry_policy = serializers.SerializerMethodField()
+    tools = serializers.ListField(child=serializers.CharField(), source="spec.tools")
+    state = serializers.ChoiceField(choices=["open", "paused"])
+    paused_by = serializers.CharField(allow_null=True)
+    pause_reason = serializers.CharField(allow_null=True)
+    paused_since = UtcDateTimeField(allow_null=True)
+    held_runs = serializers.IntegerField(help_text="Queued or backing-off runs the gate holds.")
+    running_attempts = serializers.IntegerField()
+    runs_by_status = serializers.DictField(child=serializers.IntegerField())
+
+    @extend_schema_field(serializers.DictField())
+    def get_retry_policy(self, row: dict[str, Any]) -> dict[str, Any]:
+        return row["spec"].retry_policy.as_dict()

@@ -7,7 +7,7 @@ from django.urls import URLPattern, URLResolver, path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.permissions import AllowAny
 
-from api import control, reads, side_effects, worker
+from api import control, pause, reads, side_effects, worker
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path(
@@ -16,6 +16,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
         name="api-schema",
     ),
     path("agents", reads.AgentListApi.as_view(), name="api-agents"),
+    path("agents/<str:name>/pause", pause.AgentPauseApi.as_view(), name="api-agent-pause"),
+    path("agents/<str:name>/unpause", pause.AgentUnpauseApi.as_view(), name="api-agent-unpause"),
     path("runs", control.RunCollectionApi.as_view(), name="api-runs"),
     path("runs/<str:run_id>", reads.RunDetailApi.as_view(), name="api-run"),
     path("runs/<str:run_id>/attempts", reads.RunAttemptListApi.as_view(), name="api-run-attempts"),
@@ -28,6 +30,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("runs/<str:run_id>/resume", control.RunResumeApi.as_view(), name="api-run-resume"),
     path("runs/<str:run_id>/cancel", control.RunCancelApi.as_view(), name="api-run-cancel"),
     path("runs/<str:run_id>/retry", control.RunRetryApi.as_view(), name="api-run-retry"),
+    path("runs/<str:run_id>/pause", pause.RunPauseApi.as_view(), name="api-run-pause"),
     path("input-requests", reads.InputRequestListApi.as_view(), name="api-input-requests"),
     # The worker API: worker tokens only.
     path("worker/claim", worker.WorkerClaimApi.as_view(), name="api-worker-claim"),

@@ -49,7 +49,7 @@ from api.idempotency import IdempotentMixin
 from api.serializers import CheckpointSerializer, InputRequestSerializer, utc
 from runs import services
 from runs.models import Run, WorkerToken
-from runs.states import RequestKind
+from runs.states import RequestKind, RunStatus
 
 WORKER_AUTH_CODES = ("not_authenticated", "authentication_failed", "permission_denied", "throttled")
 FENCE_CODES = ("stale_after_cancel", "stale_worker", "not_your_lease", "not_found")
@@ -106,6 +106,10 @@ class LeaseSerializer(serializers.Serializer):
     lease_expires_at = serializers.CharField()
     input = serializers.JSONField()
     approvals = serializers.ListField(child=serializers.CharField())
+    pause_before = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Breakpoints: before each of these steps, interrupt with kind 'pause'.",
+    )
     resume_from = ResumeFromSerializer(allow_null=True)
     resume_request = ResumeRequestSerializer(allow_null=True)
 
@@ -113,6 +117,18 @@ class LeaseSerializer(serializers.Serializer):
 class HeartbeatSerializer(serializers.Serializer):
     lease_expires_at = serializers.CharField()
     cancel_requested = serializers.BooleanField()
+    pause_requested = serializers.BooleanField(
+        help_text="Stop at the next step boundary: save the checkpoint, then release 'paused'."
+    )
+
+
+class BoundarySerializer(CheckpointSerializer):
+    pause_requested = serializers.BooleanField(
+        help_text="Stop here: release with reason 'paused' instead of running the step."
+    )
+
+    class Meta(CheckpointSerializer.Meta):
+        fields = [*CheckpointSerializer.Meta.fields, "pause_requested"]
 
 
 class RunStateSerializer(serializers.Serializer):
@@ -121,6 +137,7 @@ class RunStateSerializer(serializers.Serializer):
     failure_class = serializers.CharField()
     cancel_epoch = serializers.IntegerField()
     lease_epoch = serializers.IntegerField()
+    pause_requested = serializers.BooleanField()
 
 
 def lease_data(lease: services.Lease) -> dict[str, Any]:
@@ -137,6 +154,7 @@ def run_state(run: Run) -> dict[str, Any]:
         "failure_class": run.failure_class,
         "cancel_epoch": run.cancel_epoch,
         "lease_epoch": run.lease_epoch,
+        "pause_requested": run.status == RunStatus.PAUSE_REQUESTED,
     }
 
 
@@ -239,6 +257,7 @@ class WorkerHeartbeatApi(WorkerApiView):
                 {
                     "lease_expires_at": utc(heartbeat.lease_expires_at),
                     "cancel_requested": heartbeat.cancel_requested,
+                    "pause_requested": heartbeat.pause_requested,
                 }
             )
 
@@ -247,13 +266,15 @@ class WorkerHeartbeatApi(WorkerApiView):
 
 class WorkerReleaseApi(WorkerApiView):
     """Give the lease back: ``cancelled`` acknowledges a cancel (the run becomes
-    ``cancelled``), ``shutdown`` queues a new attempt from the latest checkpoint at once."""
+    ``cancelled``), ``shutdown`` queues a new attempt from the latest checkpoint at once,
+    ``paused`` stops at a step boundary after ``pause_requested`` (the run becomes
+    ``paused``, or waits ``queued`` while its agent's gate is closed)."""
 
     class InputSerializer(LeaseInput):
         class Meta:
             ref_name = "WorkerReleaseInput"
 
-        reason = serializers.ChoiceField(choices=["cancelled", "shutdown"])
+        reason = serializers.ChoiceField(choices=["cancelled", "shutdown", "paused"])
         cancel_epoch = serializers.IntegerField(min_value=0, required=False)
 
     @_write_schema(
@@ -283,7 +304,10 @@ class WorkerReleaseApi(WorkerApiView):
 
 
 class WorkerCheckpointApi(WorkerApiView):
-    """Save an immutable snapshot of agent state; ``step`` names the step to run next."""
+    """Save an immutable snapshot of agent state; ``step`` names the step to run next.
+
+    The answer's ``pause_requested`` says whether to stop at this boundary (release
+    ``paused``) instead of running the step."""
 
     class InputSerializer(FencedInput):
         class Meta:
@@ -292,14 +316,14 @@ class WorkerCheckpointApi(WorkerApiView):
         step = serializers.CharField(max_length=100)
         state = serializers.JSONField()
 
-    @_write_schema(InputSerializer, {201: CheckpointSerializer}, *FENCE_CODES)
+    @_write_schema(InputSerializer, {201: BoundarySerializer}, *FENCE_CODES)
     def post(self, request: Request, attempt_id: str) -> HttpResponse:
         self.idempotency_key(request)
         data = validated(self.InputSerializer, request.data)
         return self.idempotent(
             request,
             lambda: Response(
-                CheckpointSerializer(
+                BoundarySerializer(
                     services.checkpoint_save(
                         worker_token_id=token_id(request),
                         attempt_id=attempt_id,

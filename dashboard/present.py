@@ -101,6 +101,8 @@ STATUS_TONE = {
     RunStatus.AUTH_REQUIRED: "approval",
     RunStatus.WAITING: "warn",
     RunStatus.CANCEL_REQUESTED: "warn",
+    RunStatus.PAUSE_REQUESTED: "warn",
+    RunStatus.PAUSED: "warn",
     RunStatus.SUCCEEDED: "good",
     RunStatus.FAILED: "bad",
     RunStatus.CANCELLED: "neutral",
@@ -431,6 +433,11 @@ TIMELINE_FILTERS = {
             "run.retried",
             "run.created",
             "run.approved_at_start",
+            "run.pause_requested",
+            "run.paused",
+            "run.continued",
+            "agent.paused",
+            "agent.unpaused",
         ),
     ),
     "side_effects": (gettext_lazy("Side effects"), ("side_effect.",)),
@@ -507,6 +514,31 @@ def describe_event(event: RunEvent) -> str:
         }
     if t == "run.cancelled":
         return _("Cancelled.")
+    if t == "run.pause_requested":
+        if p.get("lease_live"):
+            return _(
+                "Pause requested: the running step finishes, then the run pauses. Reason: %(reason)s"
+            ) % {"reason": p.get("reason") or "—"}
+        return _("Pause requested. Reason: %(reason)s") % {"reason": p.get("reason") or "—"}
+    if t == "run.paused":
+        if p.get("breakpoint"):
+            return _("Paused at the breakpoint before step %(step)s.") % {
+                "step": p.get("breakpoint")
+            }
+        if p.get("step"):
+            return _("Paused before step %(step)s, its checkpoint saved.") % {"step": p.get("step")}
+        return _("Paused before its first step.")
+    if t == "run.continued":
+        return _("Continued in a new attempt.")
+    if t == "run.held":
+        return _("Stopped at a step boundary: its agent is paused; it waits in the queue.")
+    if t == "agent.paused":
+        return _("Agent %(agent)s paused. Reason: %(reason)s") % {
+            "agent": p.get("agent", ""),
+            "reason": p.get("reason") or "—",
+        }
+    if t == "agent.unpaused":
+        return _("Agent %(agent)s unpaused.") % {"agent": p.get("agent", "")}
     if t == "run.retried":
         return _("Retry queued. Reason: %(reason)s") % {"reason": p.get("reason", "")}
     if t == "attempt.failed":

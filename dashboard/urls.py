@@ -36,12 +36,21 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("jsi18n/", javascript_catalog, name="javascript-catalog"),
     path("", views.inbox, name="inbox"),
     path("inbox/count", views.inbox_count, name="inbox-count"),
+    path("inbox/paused", views.inbox_paused, name="inbox-paused"),
+    path("agents/", views.agent_list, name="agent-list"),
+    path("agents/<str:name>/confirm-pause", views.agent_pause_confirm, name="agent-pause-confirm"),
+    path("agents/<str:name>/pause", views.agent_gate, {"action": "pause"}, name="agent-pause"),
+    path(
+        "agents/<str:name>/unpause", views.agent_gate, {"action": "unpause"}, name="agent-unpause"
+    ),
     path("runs/", views.run_list, name="run-list"),
     path("runs/new", views.run_start, name="run-start"),
     path("runs/<str:run_id>/", views.run_detail, name="run-detail"),
     path("runs/<str:run_id>/timeline", views.run_timeline, name="run-timeline"),
     path("runs/<str:run_id>/cancel", views.run_cancel, name="run-cancel"),
     path("runs/<str:run_id>/retry", views.run_retry, name="run-retry"),
+    path("runs/<str:run_id>/pause", views.run_pause, name="run-pause"),
+    path("runs/<str:run_id>/continue", views.run_continue, name="run-continue"),
     path(
         "runs/<str:run_id>/requests/<str:request_id>/answer",
         views.request_answer,

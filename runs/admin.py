@@ -12,6 +12,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from runs.models import (
+    AgentGate,
     Attempt,
     Checkpoint,
     DeclaredAgent,
@@ -120,6 +121,15 @@ class DeclaredAgentAdmin(admin.ModelAdmin):
 
     list_display = ["name", "description", "created_at"]
     search_fields = ["name"]
+
+
+@admin.register(AgentGate)
+class AgentGateAdmin(ReadOnlyAdmin):
+    """The agents' pause gates; change them with the Agents page, the API or
+    ``manage.py agent pause|unpause`` (the services tell the running workers)."""
+
+    list_display = ["agent", "paused", "actor", "reason", "paused_at", "unpaused_at"]
+    list_filter = ["paused"]
 
 
 @admin.register(WorkerToken)

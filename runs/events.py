@@ -24,6 +24,7 @@ logger = logging.getLogger(__name__)
 
 WORK_CHANNEL = "holdpoint_work"
 CANCEL_CHANNEL = "holdpoint_cancel"
+PAUSE_CHANNEL = "holdpoint_pause"
 
 RunChangedListener = Callable[[str, str], None]
 _listeners: list[RunChangedListener] = []
@@ -71,3 +72,10 @@ def notify_cancel(attempt_id: str) -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, %s)", [CANCEL_CHANNEL, attempt_id])
+
+
+def notify_pause(attempt_id: str) -> None:
+    """Tell the worker holding ``attempt_id`` to stop at its next step boundary (at commit)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [PAUSE_CHANNEL, attempt_id])

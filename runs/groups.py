@@ -6,9 +6,17 @@ from typing import Any
 
 GROUPS: dict[str, list[str]] = {
     "viewer": ["view_run"],
-    "operator": ["view_run", "answer_run", "start_run", "cancel_run", "retry_run"],
+    "operator": ["view_run", "answer_run", "start_run", "cancel_run", "retry_run", "pause_agent"],
     "approver": ["view_run", "answer_run", "approve_run"],
-    "admin": ["view_run", "answer_run", "approve_run", "start_run", "cancel_run", "retry_run"],
+    "admin": [
+        "view_run",
+        "answer_run",
+        "approve_run",
+        "start_run",
+        "cancel_run",
+        "retry_run",
+        "pause_agent",
+    ],
 }
 
 

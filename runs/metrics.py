@@ -72,7 +72,7 @@ class DatabaseCollector(Collector):
     """Runs by status, pending requests and the age of the oldest, read at scrape time."""
 
     def collect(self) -> Iterator[Any]:
-        from runs.models import InputRequest, Run
+        from runs.models import AgentGate, InputRequest, Run
         from runs.states import RequestStatus, RunStatus
 
         by_status = GaugeMetricFamily("holdpoint_runs", "Runs by status.", labels=["status"])
@@ -80,6 +80,16 @@ class DatabaseCollector(Collector):
         for status in RunStatus.values:
             by_status.add_metric([status], counts.get(status, 0))
         yield by_status
+        yield GaugeMetricFamily(
+            "holdpoint_paused_runs",
+            "Runs paused or pausing (someone outside the run asked it to stop for a while).",
+            value=counts.get(RunStatus.PAUSED, 0) + counts.get(RunStatus.PAUSE_REQUESTED, 0),
+        )
+        yield GaugeMetricFamily(
+            "holdpoint_paused_agents",
+            "Agents whose gate is closed (the kill switch): none of their runs is claimed.",
+            value=AgentGate.objects.filter(paused=True).count(),
+        )
         pending = InputRequest.objects.filter(status=RequestStatus.PENDING).aggregate(
             n=Count("id"), oldest=Min("created_at")
         )

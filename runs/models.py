@@ -12,7 +12,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 
 from runs.ids import new_attempt_id, new_checkpoint_id, new_request_id, new_run_id
 from runs.states import (
@@ -43,6 +43,41 @@ class DeclaredAgent(models.Model):
         return self.name
 
 
+class AgentGate(models.Model):
+    """The kill switch of one agent: while ``paused``, nothing of the agent is claimed and
+    its running attempts stop at their next step boundary (DESIGN.md section 4).
+
+    One row per agent that was ever paused. ``attempt_claim`` reads it in its SQL (a
+    ``NOT EXISTS``) and then takes it ``FOR SHARE``, so a claim and a pause of the same
+    agent serialise on this row: a claim either commits before the pause (and the pause
+    tells its worker) or sees the gate closed.
+    """
+
+    agent = models.CharField(max_length=100, primary_key=True)
+    paused = models.BooleanField(default=False)
+    reason = models.TextField(blank=True)
+    actor = models.CharField(max_length=200, blank=True)
+    paused_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    paused_at = models.DateTimeField(null=True, blank=True)
+    unpaused_at = models.DateTimeField(null=True, blank=True)
+    unpaused_by = models.CharField(max_length=200, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        permissions = [("pause_agent", "Can pause and unpause a whole agent")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(paused=False) | Q(paused_at__isnull=False),
+                name="agentgate_paused_has_time",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent} ({'paused' if self.paused else 'open'})"
+
+
 class Run(models.Model):
     id = models.CharField(primary_key=True, max_length=40, default=new_run_id, editable=False)
     agent = models.CharField(max_length=100)
@@ -70,6 +105,14 @@ class Run(models.Model):
     # When the current attempt may be claimed (backoff); claims read it through the index below.
     not_before = models.DateTimeField(null=True, blank=True)
     cancel_reason = models.TextField(blank=True)
+    # Steps before which the run pauses every time it reaches them (breakpoints).
+    pause_before = models.JSONField(default=list, blank=True)
+    # The pause asked while a worker held the lease (pause_requested): who, why and when.
+    # The pause request that the run holds once paused is made from these.
+    pause_reason = models.TextField(blank=True)
+    pause_actor = models.CharField(max_length=200, blank=True)
+    pause_requested_at = models.DateTimeField(null=True, blank=True)
+    pause_expires_in = models.FloatField(null=True, blank=True)
     cost = models.DecimalField(max_digits=14, decimal_places=6, default=Decimal("0"))
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -118,6 +161,10 @@ class Run(models.Model):
 class Checkpoint(models.Model):
     """An immutable snapshot of agent state at a step boundary, naming the next step."""
 
+    # Not a column: set by ``checkpoint_save`` on the row it returns, so the worker learns at
+    # the boundary itself that it must stop there (a run pause, or its agent's gate).
+    pause_requested: bool = False
+
     id = models.CharField(
         primary_key=True, max_length=40, default=new_checkpoint_id, editable=False
     )
@@ -142,8 +189,10 @@ def claimable_q(due: Any = None) -> Q:
     """Runs whose current attempt a worker may claim: the one rule, used by the claim and by
     the workers' "when is the next one due" (both served by ``run_claimable_idx``). With
     ``due`` (a time, or ``Now()`` to read the clock in the claim's own statement), only those
-    due by then."""
-    rule = Q(status__in=sorted(CLAIMABLE))
+    due by then. A run of an agent whose gate is closed (the kill switch, ``AgentGate``) is
+    never claimable: the claim's own SQL says NOT EXISTS a closed gate of the run's agent."""
+    gated = AgentGate.objects.filter(agent=OuterRef("agent"), paused=True)
+    rule = Q(Q(status__in=sorted(CLAIMABLE)), ~Exists(gated))
     return rule if due is None else rule & Q(not_before__lte=due)
 
 

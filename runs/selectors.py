@@ -14,8 +14,8 @@ from django.db.models import QuerySet
 from django.http import Http404
 from django.utils.translation import gettext
 
-from runs.models import InputRequest, Run
-from runs.states import RequestKind, RequestStatus
+from runs.models import AgentGate, InputRequest, Run
+from runs.states import RequestKind, RequestStatus, RunStatus
 
 VIEW = "runs.view_run"
 ANSWER = "runs.answer_run"
@@ -23,10 +23,14 @@ APPROVE = "runs.approve_run"
 CANCEL = "runs.cancel_run"
 RETRY = "runs.retry_run"
 START = "runs.start_run"
+PAUSE_AGENT = "runs.pause_agent"
 
 
 def permission_for_request_kind(kind: str) -> str:
-    """Answering a question and approving an action are different permissions."""
+    """Answering a question and approving an action are different permissions; continuing
+    a paused run takes the permission that paused it (``cancel_run``)."""
+    if kind == RequestKind.PAUSE:
+        return CANCEL
     return APPROVE if kind == RequestKind.AUTH_REQUIRED else ANSWER
 
 
@@ -68,8 +72,11 @@ def answerable_kinds(user: Any) -> list[str]:
     return kinds
 
 
-def inbox_for_user(*, user: Any, mine_only: bool = True) -> QuerySet[InputRequest]:
+def inbox_for_user(
+    *, user: Any, mine_only: bool = True, pauses: bool = False
+) -> QuerySet[InputRequest]:
     """Pending requests, soonest expiry first. ``mine_only``: only kinds the user may answer.
+    Paused runs have their own tab (``paused_for_user``); ``pauses`` includes them (API).
 
     The inbox badge and the list both come from this one query (UX 2).
     """
@@ -78,6 +85,8 @@ def inbox_for_user(*, user: Any, mine_only: bool = True) -> QuerySet[InputReques
     requests = InputRequest.objects.filter(status=RequestStatus.PENDING)
     if mine_only:
         requests = requests.filter(kind__in=answerable_kinds(user))
+    elif not pauses:
+        requests = requests.exclude(kind=RequestKind.PAUSE)
     return requests.select_related("run").order_by("expires_at", "id")
 
 
@@ -90,3 +99,64 @@ def request_get_for_user(*, user: Any, request_id: str) -> InputRequest:
     if request is None:
         raise Http404("No such request.")
     return request
+
+
+def agents_overview() -> list[dict[str, Any]]:
+    """Every agent with its gate (open or paused: who, why, since when), its live runs by
+    status, how many runs the gate holds and how many attempts are running. Two queries
+    besides the registry: the counts by (agent, status) and the gates."""
+    from django.db.models import Count
+
+    from runs.agents import all_agent_specs
+    from runs.states import TERMINAL
+
+    # Live runs only: run_status_created_idx serves this (status leads it), so the page's
+    # poll reads the runs that are not finished, not every run ever made.
+    live = [status for status in RunStatus.values if status not in TERMINAL]
+    counts: dict[str, dict[str, int]] = {}
+    for agent, status, n in (
+        Run.objects.filter(status__in=live)
+        .values_list("agent", "status")
+        .annotate(n=Count("id"))
+        .order_by()
+    ):
+        counts.setdefault(agent, {})[status] = n
+    gates = {gate.agent: gate for gate in AgentGate.objects.select_related("paused_by")}
+    rows: list[dict[str, Any]] = []
+    for spec in all_agent_specs():
+        by_status = counts.get(spec.name, {})
+        gate = gates.get(spec.name)
+        paused = bool(gate and gate.paused)
+        rows.append(
+            {
+                "spec": spec,
+                "name": spec.name,
+                "state": "paused" if paused else "open",
+                "paused": paused,
+                "paused_by": gate.actor if paused and gate else None,
+                "pause_reason": gate.reason if paused and gate else None,
+                "paused_since": gate.paused_at if paused and gate else None,
+                "runs_by_status": by_status,
+                "running_attempts": by_status.get(RunStatus.RUNNING, 0),
+                # What the gate holds while it is shut: runs that would be claimed otherwise.
+                "held_runs": by_status.get(RunStatus.QUEUED, 0)
+                + by_status.get(RunStatus.WAITING, 0),
+            }
+        )
+    return rows
+
+
+def agent_overview(name: str) -> dict[str, Any] | None:
+    return next((row for row in agents_overview() if row["name"] == name), None)
+
+
+def paused_for_user(*, user: Any) -> QuerySet[InputRequest]:
+    """Pending pause requests (paused runs), longest paused first; for people who may
+    continue runs (the permission that pauses them, ``cancel_run``)."""
+    if not user.is_authenticated or not user.has_perm(VIEW) or not user.has_perm(CANCEL):
+        return InputRequest.objects.none()
+    return (
+        InputRequest.objects.filter(status=RequestStatus.PENDING, kind=RequestKind.PAUSE)
+        .select_related("run")
+        .order_by("created_at", "id")
+    )

@@ -19,6 +19,8 @@ class RunStatus(models.TextChoices):
     AUTH_REQUIRED = "auth_required", _("Waiting for approval")
     WAITING = "waiting", _("Backing off")
     CANCEL_REQUESTED = "cancel_requested", _("Cancelling…")
+    PAUSE_REQUESTED = "pause_requested", _("Pausing…")
+    PAUSED = "paused", _("Paused")
     SUCCEEDED = "succeeded", _("Succeeded")
     FAILED = "failed", _("Failed")
     CANCELLED = "cancelled", _("Cancelled")
@@ -40,6 +42,8 @@ class AttemptReason(models.TextChoices):
     RETRY = "retry", _("Retry")
     AUTO_RETRY = "auto_retry", _("Automatic retry")
     LEASE_EXPIRED = "lease_expired", _("Lease expired")
+    # The agent's gate closed at a step boundary; the attempt goes on when it reopens.
+    HELD = "held", _("Held by an agent pause")
 
 
 class FailureClass(models.TextChoices):
@@ -56,6 +60,7 @@ class FailureClass(models.TextChoices):
 class RequestKind(models.TextChoices):
     INPUT_REQUIRED = "input_required", _("Input")
     AUTH_REQUIRED = "auth_required", _("Approval")
+    PAUSE = "pause", _("Pause")
 
 
 class RequestStatus(models.TextChoices):
@@ -94,6 +99,27 @@ TRANSITIONS: dict[tuple[str, str], str] = {
     (S.CANCEL_REQUESTED, "cancel_done"): S.CANCELLED,
     (S.FAILED, "retry"): S.QUEUED,
     (S.CANCELLED, "retry"): S.QUEUED,
+    # Pause: at once without a live lease; with one, the worker stops at its next step
+    # boundary (the step commits normally: a pause is not a fence). Cancel always wins.
+    (S.QUEUED, "pause"): S.PAUSED,
+    (S.WAITING, "pause"): S.PAUSED,
+    (S.RUNNING, "pause"): S.PAUSED,  # the lease has already run out
+    (S.RUNNING, "pause_live"): S.PAUSE_REQUESTED,
+    (S.RUNNING, "interrupt_pause"): S.PAUSED,  # a breakpoint before a step
+    (S.PAUSE_REQUESTED, "interrupt_pause"): S.PAUSED,
+    (S.PAUSE_REQUESTED, "pause_done"): S.PAUSED,  # released at a boundary, or the lease ended
+    (S.PAUSE_REQUESTED, "interrupt_input"): S.INPUT_REQUIRED,  # a person answering continues
+    (S.PAUSE_REQUESTED, "interrupt_auth"): S.AUTH_REQUIRED,
+    (S.PAUSE_REQUESTED, "complete"): S.SUCCEEDED,  # the last step finished: nothing to pause
+    (S.PAUSE_REQUESTED, "fail_stop"): S.FAILED,
+    (S.PAUSE_REQUESTED, "lease_expired_stop"): S.FAILED,
+    (S.PAUSE_REQUESTED, "cancel_live"): S.CANCEL_REQUESTED,
+    (S.PAUSE_REQUESTED, "cancel"): S.CANCELLED,
+    (S.PAUSED, "resume"): S.QUEUED,  # continue: a resume of the pause request
+    (S.PAUSED, "cancel"): S.CANCELLED,
+    (S.PAUSED, "expire"): S.FAILED,  # a pause given an expiry that nobody continued
+    # The agent's gate is closed: the attempt stops at its boundary, the run waits queued.
+    (S.RUNNING, "hold"): S.QUEUED,
 }
 
 # States whose current attempt a worker may claim (once it is due): read off the table.
@@ -101,11 +127,24 @@ CLAIMABLE = frozenset(status for (status, operation) in TRANSITIONS if operation
 TERMINAL = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED})
 # States in which a person is being asked something.
 HOLDING = frozenset({S.INPUT_REQUIRED, S.AUTH_REQUIRED})
+# States that a person's answer to the pending request continues (a pause is continued).
+ANSWERABLE = HOLDING | {S.PAUSED}
 # States in which a worker holds (or held) a lease on the current attempt.
-LEASED = frozenset({S.RUNNING, S.CANCEL_REQUESTED})
+LEASED = frozenset({S.RUNNING, S.CANCEL_REQUESTED, S.PAUSE_REQUESTED})
 CANCELLABLE = frozenset(
-    {S.QUEUED, S.RUNNING, S.INPUT_REQUIRED, S.AUTH_REQUIRED, S.WAITING, S.CANCEL_REQUESTED}
+    {
+        S.QUEUED,
+        S.RUNNING,
+        S.INPUT_REQUIRED,
+        S.AUTH_REQUIRED,
+        S.WAITING,
+        S.CANCEL_REQUESTED,
+        S.PAUSE_REQUESTED,
+        S.PAUSED,
+    }
 )
+# States from which a pause is accepted (others are refused with invalid_state).
+PAUSABLE = frozenset(current for current, op in TRANSITIONS if op in ("pause", "pause_live"))
 FINISHED_ATTEMPT = frozenset(
     {
         AttemptStatus.INTERRUPTED,

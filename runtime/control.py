@@ -3,7 +3,8 @@ the cost so far, and the one path by which the attempt writes to the run store.
 
 A step runs in a worker thread; the heartbeat thread and the notification listener
 set ``cancel`` or ``stale`` on the attempt's ``AttemptControl``; the step sees them
-at its next safe point (any ``ctx`` call, or the step boundary).
+at its next safe point (any ``ctx`` call, or the step boundary). ``pause`` is seen
+only at the step boundary: a pause is not a fence, the step finishes and commits.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ class AttemptControl:
         self.lease = lease
         self.cancel = threading.Event()
         self.stale = threading.Event()
+        # Stop at the next step boundary (the run was paused, or its agent's gate closed).
+        self.pause = threading.Event()
         # Shared by all attempts of a worker pool: finish the current step, then release.
         self.shutdown = shutdown if shutdown is not None else threading.Event()
         # Set whenever cancel or stale is: wakes a step sleeping in ctx.sleep at once.
@@ -80,6 +83,12 @@ class AttemptControl:
             logger.info("attempt %s: cancel requested (%s)", self.lease.attempt_id, source)
         self.cancel.set()
         self.wake.set()
+
+    def request_pause(self, source: str) -> None:
+        """Stop at the next step boundary. Not a wake-up: the step runs to its end."""
+        if not self.pause.is_set():
+            logger.info("attempt %s: pause requested (%s)", self.lease.attempt_id, source)
+        self.pause.set()
 
     def mark_stale(self, reason: str) -> None:
         if not self.stale.is_set():

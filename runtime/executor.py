@@ -9,7 +9,12 @@ The loop, for an attempt that holds a lease:
 3. A hold point (``ctx.ask`` / ``ctx.approve``) has already saved its request on the
    current checkpoint; the attempt is over (``interrupted``).
 4. An exception fails the attempt; the run store classifies it and backs off or stops.
-5. A cancel (heartbeat, notification, or a write refused ``stale_after_cancel``) is
+5. A pause (heartbeat, notification, or the answer of the checkpoint just saved) is
+   honoured at the step boundary: the step that runs finishes and its next checkpoint
+   is saved, then the attempt is released with reason ``paused``. A breakpoint
+   (``pause_before``) pauses at the boundary before its step, every time it is reached,
+   except right after a person continued the run from that very checkpoint.
+6. A cancel (heartbeat, notification, or a write refused ``stale_after_cancel``) is
    acknowledged with ``attempt_release(reason="cancelled")``; a write refused
    ``stale_worker`` abandons the attempt without another write; a shutdown releases the
    attempt after the current step, so another worker goes on from its checkpoint.
@@ -51,6 +56,7 @@ class Outcome(enum.StrEnum):
     FAILED = "failed"
     INTERRUPTED = "interrupted"
     CANCELLED = "cancelled"
+    PAUSED = "paused"
     RELEASED = "released"
     ABANDONED = "abandoned"
 
@@ -126,8 +132,13 @@ class _Attempt:
             resumed = True
         else:
             step, state = agent.start, {}
-            checkpoint_id = control.write(services.checkpoint_save, step=step, state=state).id
+            first = control.write(services.checkpoint_save, step=step, state=state)
+            checkpoint_id = first.id
+            if first.pause_requested:
+                control.request_pause("checkpoint answer")
             answers, resumed = {}, False
+        # Continued by a person from this checkpoint: its breakpoint was the reason it stopped.
+        continued = any(answer.kind == "pause" for answer in answers.values())
         cost_before = Decimal(str(run_cost_before(lease)))
         while True:
             self.step = step
@@ -136,6 +147,12 @@ class _Attempt:
             if control.shutdown.is_set():
                 return self._release("shutdown")
             control.check()
+            # The step boundary: the previous step committed and this checkpoint is saved.
+            if control.pause.is_set():
+                return self._release("paused")
+            if step in lease.pause_before and not continued:
+                return self._breakpoint(step, checkpoint_id)
+            continued = False
             ctx = Context(
                 control=control,
                 step=step,
@@ -185,12 +202,15 @@ class _Attempt:
                 state = to_json(result.state, "state")
             except TypeError as exc:
                 return self._fail("deterministic", "StateNotJSON", str(exc))
-            checkpoint_id = control.write(
+            checkpoint = control.write(
                 services.checkpoint_save,
                 step=result.step,
                 state=state,
                 cost=control.cost_arg(),
-            ).id
+            )
+            checkpoint_id = checkpoint.id
+            if checkpoint.pause_requested:
+                control.request_pause("checkpoint answer")
             # Answers belong to the checkpoint they were asked on; this one is new.
             step, answers, resumed = result.step, {}, False
 
@@ -222,8 +242,22 @@ class _Attempt:
         self.control.write(services.attempt_fail, error=error, cost=self.control.cost_arg())
         return Outcome.FAILED
 
+    def _breakpoint(self, step: str, checkpoint_id: str) -> Outcome:
+        """Pause before ``step`` (a breakpoint): the run holds a pause request here."""
+        self.control.finishing.set()
+        self.control.write(
+            services.attempt_interrupt,
+            checkpoint_id=checkpoint_id,
+            kind="pause",
+            prompt=f"breakpoint before {step}",
+            context={"breakpoint": step},
+            cost=self.control.cost_arg(),
+        )
+        return Outcome.PAUSED
+
     def _release(self, reason: str) -> Outcome:
-        """Give the lease back: acknowledge a cancel, or hand the attempt on at shutdown."""
+        """Give the lease back: acknowledge a cancel, stop at a boundary for a pause, or
+        hand the attempt on at shutdown."""
         self.control.finishing.set()
         try:
             services.attempt_release(
@@ -235,4 +269,6 @@ class _Attempt:
             # stale_worker: someone else owns the run already; nothing more to write.
             logger.info("attempt %s: release refused: %s", self.lease.attempt_id, exc.code)
             return Outcome.ABANDONED
+        if reason == "paused":
+            return Outcome.PAUSED
         return Outcome.CANCELLED if reason == "cancelled" else Outcome.RELEASED

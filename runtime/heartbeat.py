@@ -65,5 +65,7 @@ class Heartbeater(threading.Thread):
                     continue
                 if beat.cancel_requested:
                     control.request_cancel("heartbeat")
+                if beat.pause_requested:
+                    control.request_pause("heartbeat")
         finally:
             connection.close()

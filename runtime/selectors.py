@@ -98,6 +98,8 @@ def seconds_until_due(agents: list[str]) -> float | None:
     from runs.clock import db_now
     from runs.models import Run, claimable_q
 
+    # claimable_q leaves out the runs of a paused agent: however old, they are not due, and
+    # idle workers must not spin on them.
     due = Run.objects.filter(claimable_q(), agent__in=agents).aggregate(due=Min("not_before"))[
         "due"
     ]

@@ -15,7 +15,8 @@ How an idle worker learns of work, fastest first:
 
 A cancel reaches the worker holding the lease the same ways (``run.cancel_requested``
 in-process, ``NOTIFY holdpoint_cancel`` with the attempt id), and at worst at the
-next heartbeat.
+next heartbeat. So does a pause (``run.pause_requested`` or ``agent.paused``
+in-process, ``NOTIFY holdpoint_pause``); it is honoured at the next step boundary.
 """
 
 from __future__ import annotations
@@ -30,7 +31,13 @@ from collections.abc import Iterable
 from django.db import DatabaseError, connection, connections
 
 from runs import services
-from runs.events import CANCEL_CHANNEL, WORK_CHANNEL, on_run_changed, remove_run_changed
+from runs.events import (
+    CANCEL_CHANNEL,
+    PAUSE_CHANNEL,
+    WORK_CHANNEL,
+    on_run_changed,
+    remove_run_changed,
+)
 from runtime import registry
 from runtime.control import AttemptControl
 from runtime.executor import execute
@@ -43,6 +50,9 @@ WORK_EVENTS = frozenset(
     {
         "run.created",
         "run.resumed",
+        "run.continued",
+        "run.held",
+        "agent.unpaused",
         "run.retried",
         "run.queued",
         "run.requeued",
@@ -210,6 +220,19 @@ class WorkerPool:
                 controls = [c for c in self._active.values() if c.lease.run_id == run_id]
             for control in controls:
                 control.request_cancel("in-process signal")
+        elif event_type in ("run.pause_requested", "agent.paused"):
+            with self._active_lock:
+                controls = [c for c in self._active.values() if c.lease.run_id == run_id]
+            for control in controls:
+                control.request_pause("in-process signal")
+
+    def pause_attempt(self, attempt_id: str, source: str = "notification") -> bool:
+        with self._active_lock:
+            control = self._active.get(attempt_id)
+        if control is None:
+            return False
+        control.request_pause(source)
+        return True
 
     def cancel_attempt(self, attempt_id: str, source: str = "notification") -> bool:
         with self._active_lock:
@@ -304,6 +327,7 @@ class WorkerPool:
                 with psycopg.connect(**params, autocommit=True) as conn:
                     conn.execute(f"LISTEN {WORK_CHANNEL}")
                     conn.execute(f"LISTEN {CANCEL_CHANNEL}")
+                    conn.execute(f"LISTEN {PAUSE_CHANNEL}")
                     self.listening.set()
                     delay = 0.5
                     # Work queued while nobody listened is found by a claim right away.
@@ -324,3 +348,5 @@ class WorkerPool:
                 self.waker.wake()
         elif channel == CANCEL_CHANNEL:
             self.cancel_attempt(payload, "NOTIFY")
+        elif channel == PAUSE_CHANNEL:
+            self.pause_attempt(payload, "NOTIFY")

@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 from dashboard.views.inbox import inbox, inbox_count, request_answer
+from dashboard.views.pause import (
+    agent_gate,
+    agent_list,
+    agent_pause_confirm,
+    inbox_paused,
+    run_continue,
+    run_pause,
+)
 from dashboard.views.runs import run_cancel, run_detail, run_list, run_retry, run_timeline
 from dashboard.views.start import run_start
 
 __all__ = [
+    "agent_gate",
+    "agent_list",
+    "agent_pause_confirm",
     "inbox",
     "inbox_count",
+    "inbox_paused",
     "request_answer",
     "run_cancel",
+    "run_continue",
     "run_detail",
     "run_list",
+    "run_pause",
     "run_retry",
     "run_start",
     "run_timeline",

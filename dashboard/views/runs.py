@@ -46,7 +46,7 @@ from runs import services
 from runs.agents import all_agent_specs
 from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent
 from runs.selectors import CANCEL, RETRY, run_get_for_user, runs_for_user
-from runs.states import CANCELLABLE, RequestStatus, RunStatus
+from runs.states import CANCELLABLE, RequestKind, RequestStatus, RunStatus
 
 PAGE_SIZE = 25
 TIMELINE_LIMIT = 500
@@ -252,20 +252,26 @@ def run_context(
     timeline: str = "",
     shared: dict[str, Any] | None = None,
     retry_blockers: list[str] | None = None,
+    pause_form: Any = None,
 ) -> dict[str, Any]:
     """The run page's context for ``request.user``: the shared part (``shared`` when the
     caller already has it) and the cards and controls that depend on who looks."""
+    from dashboard.views.pause import pause_context
+
     user = request.user
     if pending_card is None and run.pending_request_id:
         req = InputRequest.objects.select_related("run", "answered_by").get(
             pk=run.pending_request_id
         )
-        pending_card = build_card(req, user=user, origin="run")
+        # A pause is shown beside the controls (who, why, since, Continue), not as a form.
+        if req.kind != RequestKind.PAUSE:
+            pending_card = build_card(req, user=user, origin="run")
     last_request = None
     if pending_card is None:
         last_request = (
             run.input_requests.select_related("run", "answered_by")
             .exclude(status=RequestStatus.PENDING)
+            .exclude(kind=RequestKind.PAUSE)
             .order_by("-created_at")
             .first()
         )
@@ -298,6 +304,9 @@ def run_context(
             "retry_form": retry_form or RetryForm(checkpoints=checkpoints),
             "retry_key": new_idempotency_key(),
             "cancel_open": cancel_form is not None and bool(cancel_form.errors),
+            **pause_context(run, user),
+            "pause_form": pause_form,
+            "pause_open": pause_form is not None and bool(pause_form.errors),
             "retry_open": retry_form is not None and bool(retry_form.errors),
         }
     )

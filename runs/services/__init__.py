@@ -24,6 +24,7 @@ from runs.services.lifecycle import (
     checkpoint_save,
     run_start,
 )
+from runs.services.pause import agent_pause, agent_unpause, run_pause
 from runs.services.sweeps import (
     backoffs_due,
     history_purge,
@@ -39,6 +40,8 @@ __all__ = [
     "Lease",
     "UserLike",
     "actor_for",
+    "agent_pause",
+    "agent_unpause",
     "attempt_claim",
     "attempt_complete",
     "attempt_fail",
@@ -57,6 +60,7 @@ __all__ = [
     "requests_expire",
     "retry_blockers",
     "run_cancel",
+    "run_pause",
     "run_resume",
     "run_retry",
     "run_start",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import re
 from dataclasses import dataclass
@@ -16,8 +17,8 @@ from runs.errors import HoldpointError
 from runs.events import append_event, notify_work
 from runs.leases import lease_ran_out
 from runs.metrics import STALE_WRITES
-from runs.models import Attempt, Checkpoint, InputRequest, Run
-from runs.states import AttemptStatus, RequestStatus
+from runs.models import AgentGate, Attempt, Checkpoint, InputRequest, Run
+from runs.states import AttemptStatus, RequestKind, RequestStatus, next_status
 
 UserLike = AbstractBaseUser | AnonymousUser | None
 
@@ -224,3 +225,84 @@ def normalise_message(message: str) -> str:
 def error_fingerprint(*, error_type: str, message: str, step: str) -> str:
     raw = f"{error_type}\x00{normalise_message(message)}\x00{step}"
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+# A pause has no expiry unless one is given; the column is not nullable, so "never" is far.
+PAUSE_NO_EXPIRY = dt.timedelta(days=36500)
+# A pause takes no value: continuing is the answer.
+PAUSE_SCHEMA: dict[str, Any] = {"type": "null"}
+
+
+def gate_closed(agent: str) -> bool:
+    """Whether ``agent``'s gate is closed (the kill switch): its attempts stop at a boundary."""
+    return AgentGate.objects.filter(agent=agent, paused=True).exists()
+
+
+def clear_pause_request(run: Run) -> None:
+    run.pause_reason = ""
+    run.pause_actor = ""
+    run.pause_requested_at = None
+    run.pause_expires_in = None
+
+
+def pause_locked(
+    run: Run,
+    *,
+    attempt: Attempt,
+    transition: str,
+    now: Any,
+    actor: str,
+    reason: str,
+    paused_by: str,
+    requested_at: Any = None,
+    breakpoint: str | None = None,
+    expires_in: float | None = None,
+) -> InputRequest:
+    """Under the run lock: the run stops at its latest checkpoint and holds a request of
+    kind ``pause`` on it (who paused, why, since when). Continuing is a resume of that
+    request on that checkpoint, the same compare-and-set as every answer.
+
+    The caller has ended ``attempt`` (or it is the aborted queued one); this sets the
+    run's status through ``transition`` and appends ``run.paused``. A run that never
+    reached a checkpoint pauses on none: continuing then names ``checkpoint_id: null``.
+    """
+    checkpoint = run.latest_checkpoint
+    deadline = now + (dt.timedelta(seconds=expires_in) if expires_in else PAUSE_NO_EXPIRY)
+    context: dict[str, Any] = {
+        "paused_by": paused_by,
+        "requested_at": (requested_at or now).isoformat(),
+        "paused_at": now.isoformat(),
+        "step": checkpoint.step if checkpoint is not None else None,
+        "breakpoint": breakpoint,
+        "expires": bool(expires_in),
+    }
+    request = InputRequest.objects.create(
+        run=run,
+        attempt=attempt,
+        checkpoint=checkpoint,
+        kind=RequestKind.PAUSE,
+        step_id="",
+        reason=reason,
+        prompt=reason,
+        accepted_schema=PAUSE_SCHEMA,
+        context=context,
+        expires_at=deadline,
+    )
+    run.status = next_status(run.status, transition)
+    run.pending_request = request
+    run.not_before = None
+    clear_pause_request(run)
+    append_event(
+        run,
+        "run.paused",
+        actor,
+        {
+            "request_id": request.id,
+            "checkpoint_id": checkpoint.id if checkpoint is not None else None,
+            "step": context["step"],
+            "breakpoint": breakpoint,
+            "reason": reason,
+            "paused_by": paused_by,
+        },
+    )
+    return request

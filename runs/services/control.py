@@ -24,17 +24,19 @@ from runs.schemas import validate_value
 from runs.services._base import (
     UserLike,
     actor_for,
+    clear_pause_request,
     close_pending_request,
     lock_run,
     queue_attempt,
     user_or_none,
 )
 from runs.states import (
-    HOLDING,
+    ANSWERABLE,
     TERMINAL,
     AttemptReason,
     AttemptStatus,
     FailureClass,
+    RequestKind,
     RequestStatus,
     RunStatus,
     next_status,
@@ -89,8 +91,8 @@ def run_resume(
     *,
     run_id: str,
     request_id: str,
-    checkpoint_id: str,
-    value: Any,
+    checkpoint_id: str | None,
+    value: Any = None,
     user: UserLike = None,
     actor: str | None = None,
 ) -> Run:
@@ -131,7 +133,7 @@ def run_resume(
             f"The request was closed: {request.closed_reason or 'the run moved on'}.",
             **_answered_detail(request),
         )
-    if run.status not in HOLDING:
+    if run.status not in ANSWERABLE:
         raise HoldpointError(
             "invalid_state", f"The run is {run.status}, not waiting for an answer."
         )
@@ -154,22 +156,31 @@ def run_resume(
             f"The request expired at {request.expires_at.isoformat()}; retry the run to ask again.",
             request_id=request.id,
         )
-    validate_value(request.accepted_schema, value, what="answer")
+    if request.kind == RequestKind.PAUSE:
+        if value is not None:
+            raise HoldpointError(
+                "invalid_input",
+                "Continuing a paused run takes no value.",
+                errors=[{"pointer": "/", "message": "must be null or absent"}],
+            )
+    else:
+        validate_value(request.accepted_schema, value, what="answer")
     actor = actor or actor_for(user)
     request.status = RequestStatus.ANSWERED
     request.answer = value
     request.answered_by = user_or_none(user)
     request.answered_at = now
     request.save()
-    append_event(
-        run,
-        "request.answered",
-        actor,
-        {"request_id": request.id, "kind": request.kind, "answer": value},
-    )
+    if request.kind != RequestKind.PAUSE:
+        append_event(
+            run,
+            "request.answered",
+            actor,
+            {"request_id": request.id, "kind": request.kind, "answer": value},
+        )
     run.status = next_status(run.status, "resume")
     run.pending_request = None
-    checkpoint = Checkpoint.objects.get(pk=checkpoint_id)
+    checkpoint = Checkpoint.objects.get(pk=checkpoint_id) if checkpoint_id else None
     attempt = queue_attempt(
         run,
         reason=AttemptReason.RESUME,
@@ -177,12 +188,26 @@ def run_resume(
         resume_request=request,
         not_before=db_now(),
     )
-    append_event(
-        run,
-        "run.resumed",
-        actor,
-        {"attempt_id": attempt.id, "request_id": request.id, "checkpoint_id": checkpoint_id},
-    )
+    if request.kind == RequestKind.PAUSE:
+        paused_at = request.created_at
+        append_event(
+            run,
+            "run.continued",
+            actor,
+            {
+                "attempt_id": attempt.id,
+                "request_id": request.id,
+                "checkpoint_id": checkpoint_id,
+                "paused_seconds": round((now - paused_at).total_seconds(), 3),
+            },
+        )
+    else:
+        append_event(
+            run,
+            "run.resumed",
+            actor,
+            {"attempt_id": attempt.id, "request_id": request.id, "checkpoint_id": checkpoint_id},
+        )
     run.save()
     return run
 
@@ -210,7 +235,7 @@ def run_cancel(
     run.cancel_reason = reason
     attempt = Attempt.objects.get(pk=run.current_attempt_id) if run.current_attempt_id else None
     lease_live = (
-        run.status == RunStatus.RUNNING
+        run.status in (RunStatus.RUNNING, RunStatus.PAUSE_REQUESTED)
         and attempt is not None
         and attempt.status == AttemptStatus.RUNNING
         and not lease_ran_out(attempt.lease_expires_at, now)
@@ -221,6 +246,7 @@ def run_cancel(
         actor,
         {"cancel_epoch": run.cancel_epoch, "reason": reason, "lease_live": lease_live},
     )
+    clear_pause_request(run)  # cancel always wins over a pause
     if lease_live:
         assert attempt is not None
         run.status = next_status(run.status, "cancel_live")

@@ -16,10 +16,12 @@ from runs.errors import HoldpointError
 from runs.events import append_event
 from runs.models import Attempt, InputRequest, Run
 from runs.services._base import (
+    clear_pause_request,
     close_pending_request,
     error_fingerprint,
     lock_for_worker_write,
     parse_cost,
+    pause_locked,
     queue_attempt,
     set_attempt_cost,
 )
@@ -160,6 +162,10 @@ def attempt_fail(
                 now=now,
                 actor=worker,
             )
+        elif run.status == RunStatus.PAUSE_REQUESTED:
+            # It would back off and try again: a pause was asked meanwhile, so the run
+            # stops here instead and the retry is the continuation.
+            _pause_requested_done(run, attempt, now=now, actor=worker)
         else:
             delay = policy.backoff_seconds(failures)
             not_before = now + dt.timedelta(seconds=delay)
@@ -198,6 +204,7 @@ def _stop(
     """The run fails for good: its status, failure and end, and the ``run.failed`` event
     (by default saying the class and the detail)."""
     run.status = next_status(run.status, transition)
+    clear_pause_request(run)
     run.failure_class = failure_class
     run.failure_detail = detail
     run.finished_at = now
@@ -228,6 +235,11 @@ def fail_locked_for_lost_lease(run: Run, attempt: Attempt, *, now: Any) -> None:
     if run.status == RunStatus.CANCEL_REQUESTED:
         _finish_cancel(run, now=now, actor=actor)
         return
+    if run.status == RunStatus.PAUSE_REQUESTED:
+        # The worker died (or froze) after the pause was asked: the run is paused at its
+        # latest checkpoint, not requeued, and no attempt of it runs meanwhile.
+        _pause_requested_done(run, attempt, now=now, actor=actor)
+        return
     cap = agent_spec(run.agent).retry_policy.max_lease_losses or settings.HOLDPOINT_MAX_LEASE_LOSSES
     lost_in_a_row = 0
     for status in run.attempts.order_by("-number").values_list("status", flat=True):
@@ -249,6 +261,20 @@ def fail_locked_for_lost_lease(run: Run, attempt: Attempt, *, now: Any) -> None:
         run, reason=AttemptReason.LEASE_EXPIRED, resume_from=run.latest_checkpoint, not_before=now
     )
     append_event(run, "run.requeued", actor, {"next_attempt_id": new.id, "reason": "lease_expired"})
+
+
+def _pause_requested_done(run: Run, attempt: Attempt, *, now: Any, actor: str) -> None:
+    pause_locked(
+        run,
+        attempt=attempt,
+        transition="pause_done",
+        now=now,
+        actor=actor,
+        reason=run.pause_reason,
+        paused_by=run.pause_actor,
+        requested_at=run.pause_requested_at,
+        expires_in=run.pause_expires_in,
+    )
 
 
 def expire_request_locked(run: Run, request: InputRequest, *, now: Any) -> None:

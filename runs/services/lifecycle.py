@@ -28,9 +28,12 @@ from runs.selectors import APPROVE
 from runs.services._base import (
     UserLike,
     actor_for,
+    clear_pause_request,
+    gate_closed,
     lease_seconds_or_default,
     lock_for_worker_write,
     parse_cost,
+    pause_locked,
     queue_attempt,
     set_attempt_cost,
     user_or_none,
@@ -63,12 +66,22 @@ class Lease:
     approvals: list[str]
     resume_from: dict[str, Any] | None
     resume_request: dict[str, Any] | None
+    # Breakpoints: the runtime pauses at the boundary before each of these steps.
+    pause_before: list[str]
 
 
 @dataclass(frozen=True)
 class Heartbeat:
     lease_expires_at: dt.datetime
     cancel_requested: bool
+    # Stop at the next step boundary: the run was paused, or its agent's gate closed.
+    pause_requested: bool = False
+
+
+def _pause_requested(run: Run) -> bool:
+    return run.status == RunStatus.PAUSE_REQUESTED or (
+        run.status == RunStatus.RUNNING and gate_closed(run.agent)
+    )
 
 
 @measured("start")
@@ -80,6 +93,7 @@ def run_start(
     user: UserLike = None,
     actor: str | None = None,
     approvals: list[str] | None = None,
+    pause_before: list[str] | None = None,
 ) -> Run:
     """Create a run of a known agent with a validated input and queue its first attempt.
 
@@ -88,7 +102,8 @@ def run_start(
     system, a script without ``user``) is refused ``preapproval_not_permitted`` and
     nothing is created. The approval is recorded as that person's (event
     ``run.approved_at_start``; the ledger names them as the approver of what the
-    step then does).
+    step then does). ``pause_before`` names steps before which the run pauses every
+    time it reaches them.
     """
     spec = agent_spec(agent)
     if spec.input_schema:
@@ -102,21 +117,34 @@ def run_start(
             "permission. Start the run without approvals, or ask an approver to start it.",
             approvals=steps,
         )
+    if pause_before is not None and (
+        not isinstance(pause_before, list)
+        or len(pause_before) > 100
+        or not all(isinstance(p, str) and 0 < len(p) <= 100 for p in pause_before)
+    ):
+        raise HoldpointError(
+            "invalid_input",
+            "pause_before must be a list of at most 100 step names (1 to 100 characters).",
+            errors=[{"pointer": "/pause_before", "message": "a list of step names"}],
+        )
     run = Run.objects.create(
         agent=spec.name,
         input=input,
         approvals=steps,
+        pause_before=list(dict.fromkeys(pause_before or [])),
         status=RunStatus.QUEUED,
         created_by=approver,
     )
     actor = actor or actor_for(user)
     approved_by = approver.get_username() if steps else None
-    append_event(
-        run,
-        "run.created",
-        actor,
-        {"agent": spec.name, "approvals": run.approvals, "approved_by": approved_by},
-    )
+    created: dict[str, Any] = {
+        "agent": spec.name,
+        "approvals": run.approvals,
+        "approved_by": approved_by,
+    }
+    if run.pause_before:
+        created["pause_before"] = run.pause_before
+    append_event(run, "run.created", actor, created)
     if steps:
         append_event(
             run,
@@ -188,6 +216,7 @@ def _lease_for(run: Run, attempt: Attempt, lease_seconds: float) -> Lease:
         approvals=list(run.approvals),
         resume_from=resume_from,
         resume_request=resume_request,
+        pause_before=list(run.pause_before or []),
     )
 
 
@@ -225,6 +254,9 @@ def attempt_claim(
     # behind one another; the partial index run_claimable_idx serves this query. The
     # clock is read in the same statement: "due" and the lease's start are one instant.
     due = Now() if connection.vendor == "postgresql" else timezone.now()
+    # The agent gate is part of the claimable rule, in the claim's own SQL (NOT EXISTS a
+    # closed gate of the run's agent): a paused agent's runs are never claimed and never
+    # block other agents'.
     candidates = with_db_now(
         Run.objects.select_for_update(skip_locked=True, of=("self",)).filter(claimable_q(due))
     )
@@ -233,6 +265,18 @@ def attempt_claim(
     run = candidates.order_by("not_before").first()
     if run is None:
         return None
+    if connection.vendor == "postgresql":
+        # The NOT EXISTS above read the gate as of this statement's start; a pause that
+        # committed since would not be seen. FOR SHARE reads the latest gate and waits for
+        # a pause in flight (agent_pause holds the row FOR UPDATE), so a claim either
+        # commits before the pause (which then tells its worker) or sees the gate closed.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT paused FROM runs_agentgate WHERE agent = %s FOR SHARE", [run.agent]
+            )
+            row = cursor.fetchone()
+        if row is not None and row[0]:
+            return None
     now = due if isinstance(due, dt.datetime) else row_now(run)
     attempt = Attempt.objects.get(pk=run.current_attempt_id)
     previous = run.status
@@ -296,6 +340,7 @@ def attempt_heartbeat(
         lease_expires_at=attempt.lease_expires_at,
         cancel_requested=run.status == RunStatus.CANCEL_REQUESTED
         or run.cancel_epoch != attempt.cancel_epoch,
+        pause_requested=_pause_requested(run),
     )
 
 
@@ -304,9 +349,14 @@ def attempt_release(
     *, attempt_id: str, lease_epoch: int, reason: str, worker_token_id: int | None = None
 ) -> Run:
     """Give the lease back: ``cancelled`` acknowledges a cancel, ``shutdown`` hands the
-    attempt to another worker from the latest checkpoint at once."""
-    if reason not in {"cancelled", "shutdown"}:
-        raise HoldpointError("invalid_input", "reason must be 'cancelled' or 'shutdown'.")
+    attempt to another worker from the latest checkpoint at once, ``paused`` stops at a
+    step boundary because the run was paused (it holds a pause request on its latest
+    checkpoint) or its agent's gate closed (it waits ``queued``, held).
+
+    A cancel wins over everything; a pause requested before a shutdown release still
+    pauses the run (nobody must continue it by accident)."""
+    if reason not in {"cancelled", "shutdown", "paused"}:
+        raise HoldpointError("invalid_input", "reason must be 'cancelled', 'shutdown' or 'paused'.")
     fenced = lock_for_worker_write(
         attempt_id=attempt_id,
         lease_epoch=lease_epoch,
@@ -319,14 +369,49 @@ def attempt_release(
     attempt.ended_at = now
     attempt.lease_expires_at = None
     attempt.error_message = f"released: {reason}"
-    attempt.save()
     if run.status == RunStatus.CANCEL_REQUESTED:
+        attempt.save()
         _finish_cancel(run, now=now, actor=worker)
     elif reason == "cancelled":
         raise HoldpointError(
             "invalid_state", "The run has no cancel pending; release with reason 'shutdown'."
         )
+    elif run.status == RunStatus.PAUSE_REQUESTED:
+        # An interrupt: the attempt ends as a hold point's does, the run holds a request.
+        attempt.status = AttemptStatus.INTERRUPTED
+        attempt.save()
+        pause_locked(
+            run,
+            attempt=attempt,
+            transition="pause_done",
+            now=now,
+            actor=worker,
+            reason=run.pause_reason,
+            paused_by=run.pause_actor,
+            requested_at=run.pause_requested_at,
+            expires_in=run.pause_expires_in,
+        )
+    elif reason == "paused":
+        # The agent's gate closed (or closed and reopened since the worker heard of it):
+        # the run waits queued from its latest checkpoint; claims skip it while it is shut.
+        attempt.save()
+        run.status = next_status(run.status, "hold")
+        attempt_new = queue_attempt(
+            run, reason=AttemptReason.HELD, resume_from=run.latest_checkpoint, not_before=now
+        )
+        append_event(
+            run,
+            "run.held",
+            worker,
+            {
+                "attempt_id": attempt.id,
+                "next_attempt_id": attempt_new.id,
+                "checkpoint_id": run.latest_checkpoint_id,
+                "gate_closed": gate_closed(run.agent),
+            },
+        )
     else:
+        attempt.save()
         run.status = next_status(run.status, "release_shutdown")
         attempt_new = queue_attempt(
             run,
@@ -347,6 +432,7 @@ def attempt_release(
 def _finish_cancel(run: Run, *, now: Any, actor: str) -> None:
     """The worker has stopped (or its lease is gone): the cancel becomes final."""
     run.status = next_status(run.status, "cancel_done")
+    clear_pause_request(run)
     run.failure_class = FailureClass.CANCELLED
     run.finished_at = now
     run.not_before = None
@@ -380,6 +466,9 @@ def checkpoint_save(
         run=run, attempt=attempt, number=number, step=step, state=state
     )
     run.latest_checkpoint = checkpoint
+    # The boundary itself says whether to stop here, so a worker that missed the signal
+    # (it claimed just before the agent's gate closed) stops at its first boundary.
+    checkpoint.pause_requested = _pause_requested(run)
     run_fields = ["latest_checkpoint", "last_event_seq", "updated_at"]
     if set_attempt_cost(run, attempt, parsed_cost):
         attempt.save(update_fields=["cost"])
@@ -442,11 +531,27 @@ def attempt_interrupt(
     worker_token_id: int | None = None,
 ) -> InputRequest:
     """Stop at a hold point: persist the question on the checkpoint it was asked on, release
-    the worker. The attempt ends ``interrupted``; resume continues in a new attempt."""
+    the worker. The attempt ends ``interrupted``; resume continues in a new attempt.
+
+    Kind ``pause`` is a breakpoint: the runtime stops before the step ``context.breakpoint``
+    (the run's ``pause_before``) with ``prompt`` as the reason, and continuing takes no value.
+    """
     if kind not in RequestKind.values:
-        raise HoldpointError("invalid_input", "kind must be input_required or auth_required.")
+        raise HoldpointError(
+            "invalid_input", "kind must be input_required, auth_required or pause."
+        )
     if not isinstance(prompt, str) or not prompt.strip() or len(prompt) > 10_000:
         raise HoldpointError("invalid_input", "prompt must be 1 to 10,000 characters.")
+    if kind == RequestKind.PAUSE:
+        return _breakpoint(
+            attempt_id=attempt_id,
+            lease_epoch=lease_epoch,
+            cancel_epoch=cancel_epoch,
+            checkpoint_id=checkpoint_id,
+            reason=prompt,
+            context=context,
+            cost=cost,
+        )
     if kind == RequestKind.AUTH_REQUIRED:
         # An approval always takes {decision, comment}; the agent does not choose the form.
         schema = APPROVAL_SCHEMA
@@ -494,6 +599,8 @@ def attempt_interrupt(
     run.status = next_status(
         run.status, "interrupt_input" if kind == RequestKind.INPUT_REQUIRED else "interrupt_auth"
     )
+    # A pause asked while the step ran is superseded: a person answering is the continuation.
+    clear_pause_request(run)
     run.pending_request = request
     append_event(
         run,
@@ -506,6 +613,51 @@ def attempt_interrupt(
             "step_id": request.step_id,
             "expires_at": deadline.isoformat(),
         },
+    )
+    run.save()
+    return request
+
+
+def _breakpoint(
+    *,
+    attempt_id: str,
+    lease_epoch: int,
+    cancel_epoch: int,
+    checkpoint_id: str,
+    reason: str,
+    context: Any,
+    cost: Any,
+) -> InputRequest:
+    step = context.get("breakpoint") if isinstance(context, dict) else None
+    if step is not None and (not isinstance(step, str) or len(step) > 100):
+        raise HoldpointError("invalid_input", "context.breakpoint must be a step name.")
+    parsed_cost = parse_cost(cost)
+    fenced = lock_for_worker_write(
+        attempt_id=attempt_id, lease_epoch=lease_epoch, cancel_epoch=cancel_epoch
+    )
+    run, attempt, now = fenced.run, fenced.attempt, fenced.now
+    if run.latest_checkpoint_id != checkpoint_id:
+        raise HoldpointError(
+            "stale_checkpoint",
+            "A pause must be on the run's latest checkpoint.",
+            latest_checkpoint_id=run.latest_checkpoint_id,
+        )
+    attempt.status = AttemptStatus.INTERRUPTED
+    attempt.ended_at = now
+    attempt.lease_expires_at = None
+    set_attempt_cost(run, attempt, parsed_cost)
+    attempt.save()
+    # A pause someone asked for meanwhile is this one: it is where the run stops anyway.
+    request = pause_locked(
+        run,
+        attempt=attempt,
+        transition="interrupt_pause",
+        now=now,
+        actor=f"worker:{attempt.worker_id}",
+        reason=reason[:2000],
+        paused_by=run.pause_actor or "system:breakpoint",
+        requested_at=run.pause_requested_at,
+        breakpoint=step,
     )
     run.save()
     return request
@@ -587,6 +739,7 @@ def attempt_complete(
     run.result = result
     run.finished_at = now
     run.failure_class = ""
+    clear_pause_request(run)  # the last step finished: there is nothing left to pause
     append_event(run, "run.succeeded", f"worker:{attempt.worker_id}", {"attempt_id": attempt.id})
     run.save(
         update_fields=[
@@ -594,6 +747,10 @@ def attempt_complete(
             "result",
             "finished_at",
             "failure_class",
+            "pause_reason",
+            "pause_actor",
+            "pause_requested_at",
+            "pause_expires_in",
             "cost",
             "last_event_seq",
             "updated_at",

@@ -23,7 +23,7 @@ from runs.metrics import LEASE_EXPIRIES
 from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent
 from runs.services._base import close_request
 from runs.services.failures import expire_request_locked, fail_locked_for_lost_lease
-from runs.states import HOLDING, TERMINAL, AttemptStatus, RequestStatus, RunStatus, next_status
+from runs.states import ANSWERABLE, TERMINAL, AttemptStatus, RequestStatus, RunStatus, next_status
 
 
 def _try_lock(run_id: str) -> Run | None:
@@ -94,7 +94,7 @@ def requests_expire(*, limit: int = 100) -> int:
             request = InputRequest.objects.get(pk=request_id)
             if request.status != RequestStatus.PENDING or request.expires_at > timezone.now():
                 continue
-            if run.pending_request_id != request.id or run.status not in HOLDING:
+            if run.pending_request_id != request.id or run.status not in ANSWERABLE:
                 # Not the run's open question any more; close it so it leaves the inbox.
                 close_request(
                     run,

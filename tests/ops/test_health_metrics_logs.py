@@ -88,3 +88,16 @@ def test_json_log_lines_carry_run_and_attempt_ids() -> None:
     assert line["message"] == "step plan done"
     assert line["run_id"] == "run_1" and line["attempt_id"] == "att_2"
     assert line["level"] == "INFO" and line["time"].endswith("+00:00")
+
+
+def test_it_exports_paused_runs_and_paused_agents(client: Client) -> None:
+    body = client.get("/metrics").content.decode()
+    assert metric(body, "holdpoint_paused_runs") == 0
+    assert metric(body, "holdpoint_paused_agents") == 0
+    services.run_pause(run_id=start().id, reason="look")
+    services.agent_pause(agent="test-agent", reason="incident")
+    body = client.get("/metrics").content.decode()
+    assert metric(body, "holdpoint_paused_runs") == 1
+    assert metric(body, 'holdpoint_runs{status="paused"}') == 1
+    assert metric(body, "holdpoint_paused_agents") == 1
+    assert metric(body, 'holdpoint_control_operations_total{operation="pause",outcome="ok"}') >= 1

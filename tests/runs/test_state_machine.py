@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from runs import services
 from runs.errors import HoldpointError
-from runs.models import Attempt, InputRequest, Run, RunEvent
+from runs.models import AgentGate, Attempt, InputRequest, Run, RunEvent
 from runs.services import Lease
 from runs.states import TERMINAL
 
@@ -42,6 +42,7 @@ class RunLifecycle(RuleBasedStateMachine):
         run = Run.objects.get(pk=self.run_id)
         if run.status not in TERMINAL and run.status != "cancel_requested":
             services.run_cancel(run_id=self.run_id)
+        AgentGate.objects.filter(paused=True).update(paused=False)
 
     def call(self, func: Any, **kwargs: Any) -> Any:
         try:
@@ -97,6 +98,8 @@ class RunLifecycle(RuleBasedStateMachine):
             if valid
             else {"nope": 1}
         )
+        if request.kind == "pause":
+            value = None if valid else {"go": 1}
         self.call(
             services.run_resume,
             run_id=self.run_id,
@@ -104,6 +107,17 @@ class RunLifecycle(RuleBasedStateMachine):
             checkpoint_id=request.checkpoint_id if right_checkpoint else "cp_wrong",
             value=value,
         )
+
+    @rule()
+    def pause(self) -> None:
+        self.call(services.run_pause, run_id=self.run_id, reason="hypothesis")
+
+    @rule(close=st.booleans())
+    def agent_gate(self, close: bool) -> None:
+        if close:
+            self.call(services.agent_pause, agent="test-agent", reason="hypothesis")
+        else:
+            self.call(services.agent_unpause, agent="test-agent")
 
     @rule()
     def cancel(self) -> None:
@@ -136,7 +150,7 @@ class RunLifecycle(RuleBasedStateMachine):
         )
 
     @precondition(lambda self: self.leases)
-    @rule(data=st.data(), reason=st.sampled_from(["cancelled", "shutdown"]))
+    @rule(data=st.data(), reason=st.sampled_from(["cancelled", "shutdown", "paused"]))
     def release(self, data: st.DataObject, reason: str) -> None:
         lease = data.draw(st.sampled_from(self.leases))
         self.call(
@@ -183,6 +197,24 @@ class RunLifecycle(RuleBasedStateMachine):
             ).count()
             <= 1
         )
+
+    @invariant()
+    def a_paused_run_holds_a_pause_request_on_its_latest_checkpoint(self) -> None:
+        if not hasattr(self, "run_id"):
+            return
+        run = Run.objects.get(pk=self.run_id)
+        pending = InputRequest.objects.filter(run_id=self.run_id, status="pending")
+        if run.status == "paused":
+            request = InputRequest.objects.get(pk=run.pending_request_id)
+            assert request.kind == "pause" and request.status == "pending"
+            assert request.checkpoint_id == run.latest_checkpoint_id
+            assert not Attempt.objects.filter(
+                run_id=self.run_id, status__in=["queued", "running"]
+            ).exists()
+        else:
+            assert not pending.filter(kind="pause").exists()
+        if run.status in ("cancel_requested", "cancelled"):
+            assert run.pause_reason == ""
 
     @invariant()
     def epochs_never_decrease(self) -> None:

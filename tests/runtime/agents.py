@@ -218,3 +218,61 @@ def effect_act(ctx: Context, state: dict[str, Any]) -> Next | Done:
 @effects.step("finish")
 def effect_finish(ctx: Context, state: dict[str, Any]) -> Next | Done:
     return ctx.done({**state, "finished_by": os.getpid()})
+
+
+# Pause: a step that is busy until the test lets it go, with a side effect. ----------------
+pausing = Agent(name="proc-pause", retry=POLICY)
+
+
+def _wait_for_file(path: str, limit: float = 30.0) -> None:
+    """Busy in the step (not ctx.sleep): a pause must not cut it short."""
+    deadline = time.monotonic() + limit
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+@pausing.step("work")
+def pause_work(ctx: Context, state: dict[str, Any]) -> Next | Done:
+    journal(ctx, "entered")
+    _wait_for_file(ctx.input["go"])
+    written = ctx.side_effect("folder", "test folder", {"delay_before": 0})
+    journal(ctx, "finished", decision=written.decision)
+    return ctx.next("after", {"ref": written.external_reference})
+
+
+@pausing.step("after")
+def pause_after(ctx: Context, state: dict[str, Any]) -> Next | Done:
+    journal(ctx, "after")
+    return ctx.done({**state, "by": os.getpid()})
+
+
+# The agent gate: many runs of short steps. ------------------------------------------------
+gated = Agent(name="proc-gate", retry=POLICY)
+
+
+def _gate_step(ctx: Context, state: dict[str, Any], next_step: str | None) -> Next | Done:
+    time.sleep(float(ctx.input.get("slow", 0.15)))
+    journal(ctx, "step")
+    if next_step is None:
+        return ctx.done({"n": ctx.input["n"]})
+    return ctx.next(next_step, state)
+
+
+@gated.step("one")
+def gate_one(ctx: Context, state: dict[str, Any]) -> Next | Done:
+    return _gate_step(ctx, state, "two")
+
+
+@gated.step("two")
+def gate_two(ctx: Context, state: dict[str, Any]) -> Next | Done:
+    return _gate_step(ctx, state, "three")
+
+
+@gated.step("three")
+def gate_three(ctx: Context, state: dict[str, Any]) -> Next | Done:
+    return _gate_step(ctx, state, "four")
+
+
+@gated.step("four")
+def gate_four(ctx: Context, state: dict[str, Any]) -> Next | Done:
+    return _gate_step(ctx, state, None)

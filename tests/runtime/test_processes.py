@@ -439,3 +439,100 @@ def test_a_frozen_worker_s_late_outcome_is_recorded_flagged_and_changes_no_run_s
     assert run.result == {"ref": f"rec-{frozen.pid}", "finished_by": other.pid}
     assert len(executions(tool_dir)) == 1
     assert entries(journal, "acted")[-1]["decision"] == "reuse"
+
+
+def _release_step(path: Path) -> None:
+    path.write_text("go")
+
+
+def test_a_pause_mid_step_lets_the_step_finish_once_and_pauses_at_the_next_checkpoint(
+    spawn, journal, tool_dir, tmp_path
+) -> None:
+    lease = 6.0  # heartbeats every 2 s
+    spawn("pausing", lease=lease)
+    go = tmp_path / "go"
+    run_id = start_run("proc-pause", journal=str(journal), go=str(go))
+    wait_for(lambda: entries(journal, "entered"), 15, "the step to start")
+    run = services.run_pause(run_id=run_id, reason="look before the next step")
+    assert run.status == "pause_requested"
+    _release_step(go)
+    wait_for(lambda: status(run_id) == "paused", 15, "the run to pause")
+    finished = entries(journal, "finished")
+    assert len(finished) == 1 and finished[0]["decision"] == "act"
+    assert len(executions(tool_dir)) == 1  # the side effect happened, once
+    assert not entries(journal, "after")
+    run = Run.objects.get(pk=run_id)
+    request = run.pending_request
+    assert request is not None and request.kind == "pause"
+    checkpoint = Checkpoint.objects.get(pk=request.checkpoint_id)
+    assert checkpoint.step == "after" and run.latest_checkpoint_id == checkpoint.id
+    # Paused within one heartbeat of the step's end.
+    paused_at = RunEvent.objects.get(run=run, type="run.paused").created_at.timestamp()
+    assert paused_at - finished[0]["t"] < lease / 3
+    types = list(RunEvent.objects.filter(run=run).values_list("type", flat=True))
+    second_checkpoint = types.index("checkpoint.saved", types.index("checkpoint.saved") + 1)
+    assert types.index("run.pause_requested") < second_checkpoint < types.index("run.paused")
+    assert Attempt.objects.get(pk=request.attempt_id).status == "interrupted"
+
+    services.run_resume(run_id=run_id, request_id=request.id, checkpoint_id=checkpoint.id)
+    wait_for(lambda: status(run_id) == "succeeded", 15, "the run to go on and finish")
+    assert len(entries(journal, "entered")) == 1  # the step before the pause never re-ran
+    assert len(entries(journal, "after")) == 1
+    assert len(executions(tool_dir)) == 1
+    assert SideEffect.objects.filter(run_id=run_id).count() == 1
+    assert Run.objects.get(pk=run_id).result["ref"].startswith("rec-")
+
+
+def test_the_agent_gate_stops_two_workers_at_boundaries_holds_claims_and_reopens(
+    spawn, journal
+) -> None:
+    from runs.models import AgentGate
+
+    # A long lease: on a loaded machine a 2 s lease is lost now and then, and a lost lease
+    # re-runs its step by design; this test is about the gate, which must re-run nothing.
+    spawn("gate-a", concurrency=2, lease=10.0)
+    spawn("gate-b", concurrency=2, lease=10.0)
+    run_ids = [start_run("proc-gate", journal=str(journal), n=n) for n in range(20)]
+    wait_for(
+        lambda: Run.objects.filter(pk__in=run_ids, status="running").count() >= 3,
+        20,
+        "attempts to be running",
+    )
+    services.agent_pause(agent="proc-gate", reason="model misbehaves")
+    wait_for(
+        lambda: not Run.objects.filter(pk__in=run_ids, status="running").exists(),
+        15,
+        "every running attempt to stop at its boundary",
+    )
+    held = Attempt.objects.filter(run_id__in=run_ids, error_message="released: paused")
+    assert held.exists()
+    assert set(held.values_list("status", flat=True)) == {"aborted"}
+    # Nothing is claimed while the gate is shut; the workers keep trying meanwhile.
+    wait_for(lambda: time.sleep(1.0) or True, 5, "a second of claims")
+    gate = AgentGate.objects.get(pk="proc-gate")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT count(*) FROM runs_attempt a JOIN runs_run r ON r.id = a.run_id
+            WHERE r.agent = %s AND a.started_at >= %s
+            """,
+            ["proc-gate", gate.paused_at],
+        )
+        (claimed_while_paused,) = cursor.fetchone()
+    assert claimed_while_paused == 0
+    unfinished = Run.objects.filter(pk__in=run_ids).exclude(status="succeeded").count()
+    assert unfinished > 0
+    services.agent_unpause(agent="proc-gate")
+    wait_for(
+        lambda: Run.objects.filter(pk__in=run_ids, status="succeeded").count() == 20,
+        60,
+        "all 20 runs to finish",
+    )
+    steps = Counter((e["run_id"], e["step"]) for e in entries(journal, "step"))
+    assert len(steps) == 20 * 4
+    twice = [k for k, v in steps.items() if v > 1]
+    detail = {
+        run_id: list(RunEvent.objects.filter(run_id=run_id).values_list("type", "actor", "payload"))
+        for run_id, _ in twice
+    }
+    assert not twice, detail

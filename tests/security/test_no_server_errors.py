@@ -60,6 +60,7 @@ class World:
             "request_id": self.request_id,
             "attempt_id": self.attempt_id,
             "operation_id": self.operation_id,
+            "name": "test-agent",  # an agent's gate: /api/agents/{name}/pause, /agents/…
         }
 
 

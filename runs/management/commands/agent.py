@@ -4,6 +4,11 @@
         --retry-policy policy.json --tools webhook,email --description "Ticket triage"
     python manage.py agent list
     python manage.py agent remove triage
+    python manage.py agent pause triage --reason "model misbehaves, INC-42"
+    python manage.py agent unpause triage --reason "rolled back"
+
+``pause`` closes the agent's gate (the kill switch): nothing of it is claimed and every
+running attempt stops at its next step boundary; ``unpause`` lets its runs go on.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from runs.agents import RetryPolicy, all_agent_specs, python_agent_specs
 from runs.errors import HoldpointError
 from runs.models import DeclaredAgent
 from runs.schemas import compile_schema
+from runs.selectors import agent_overview
+from runs.services import agent_pause, agent_unpause
 
 
 def _read_json(path: str, what: str) -> Any:
@@ -48,7 +55,15 @@ class Command(BaseCommand):
         declare.add_argument("--description", default="")
         remove = sub.add_parser("remove", help="Remove a declared agent (its runs stay).")
         remove.add_argument("name")
-        sub.add_parser("list", help="List Python and declared agents.")
+        sub.add_parser("list", help="List Python and declared agents, with their gates.")
+        pause = sub.add_parser(
+            "pause", help="Pause every run of an agent at its next step boundary."
+        )
+        pause.add_argument("name")
+        pause.add_argument("--reason", required=True, help="Why; shown to everyone.")
+        unpause = sub.add_parser("unpause", help="Let a paused agent's runs go on.")
+        unpause.add_argument("name")
+        unpause.add_argument("--reason", default="")
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
         if action == "declare":
@@ -58,9 +73,30 @@ class Command(BaseCommand):
             if not deleted:
                 raise CommandError(f"There is no declared agent named {options['name']!r}.")
             self.stdout.write(f"Removed agent {options['name']!r}.")
+        elif action in ("pause", "unpause"):
+            self._gate(action, options["name"], options["reason"])
         else:
             for spec in all_agent_specs():
-                self.stdout.write(f"{spec.name:<30} {spec.source:<9} {spec.description}")
+                row = agent_overview(spec.name) or {}
+                state = "PAUSED" if row.get("paused") else "open"
+                self.stdout.write(f"{spec.name:<30} {spec.source:<9} {state:<7} {spec.description}")
+
+    def _gate(self, action: str, name: str, reason: str) -> None:
+        try:
+            if action == "pause":
+                agent_pause(agent=name, reason=reason, actor="cli")
+            else:
+                agent_unpause(agent=name, reason=reason, actor="cli")
+        except HoldpointError as exc:
+            raise CommandError(f"{exc.code}: {exc.detail}") from None
+        row = agent_overview(name) or {}
+        if action == "pause":
+            self.stdout.write(
+                f"Paused agent {name!r}: {row.get('running_attempts', 0)} running attempts "
+                f"will stop at their next step; {row.get('held_runs', 0)} queued runs will wait."
+            )
+        else:
+            self.stdout.write(f"Unpaused agent {name!r}: its runs go on.")
 
     def _declare(self, options: dict[str, Any]) -> None:
         name = options["name"]

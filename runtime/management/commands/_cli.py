@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import OutputWrapper
 
 from runs.models import InputRequest, Run, RunEvent
-from runs.states import HOLDING, TERMINAL
+from runs.states import ANSWERABLE, TERMINAL
 
 
 def describe(event: RunEvent) -> str:
@@ -45,6 +45,8 @@ def print_request(out: OutputWrapper, request: InputRequest) -> None:
     example = "'<JSON answer>'"
     if request.kind == "auth_required":
         example = """'{"decision": "approve"}'"""
+    elif request.kind == "pause":
+        example = "null  (continue the paused run)"
     out.write(
         f"  answer:   python manage.py answerrun {request.run_id} {example}\n"
         f"  or POST /api/runs/{request.run_id}/resume "
@@ -67,7 +69,7 @@ def watch(out: OutputWrapper, run_id: str, *, through_holds: bool, timeout: floa
         run = Run.objects.get(pk=run_id)
         if run.status in TERMINAL:
             return run
-        if run.status in HOLDING and run.pending_request_id != shown_request:
+        if run.status in ANSWERABLE and run.pending_request_id != shown_request:
             shown_request = run.pending_request_id
             request = InputRequest.objects.get(pk=run.pending_request_id)
             print_request(out, request)

@@ -39,6 +39,13 @@ class Command(BaseCommand):
             help="Start the run as this user (who must hold the approve permission for --approve).",
         )
         parser.add_argument(
+            "--pause-before",
+            action="append",
+            default=[],
+            metavar="STEP",
+            help="A breakpoint (repeatable): pause before this step every time it is reached.",
+        )
+        parser.add_argument(
             "--watch", action="store_true", help="Print the timeline until it stops or asks."
         )
         parser.add_argument(
@@ -67,6 +74,7 @@ class Command(BaseCommand):
                 user=user,
                 actor=None if user else "cli",
                 approvals=options["approve"] or None,
+                pause_before=options["pause_before"] or None,
             )
         except HoldpointError as exc:
             raise CommandError(f"{exc.code}: {exc.detail} {exc.extra or ''}".strip()) from exc

@@ -79,6 +79,20 @@
   }
 
   // --- Repeatable list inputs -----------------------------------------------------------------
+  // The server renders a list twice: disabled inputs (one per value) and a textarea (one value
+  // per line) for pages without JavaScript. Here the inputs take over and the textarea leaves,
+  // so the form sends each value once.
+  function listInputs(root) {
+    if (!root || !root.querySelectorAll) return;
+    root.querySelectorAll("[data-list]").forEach(function (list) {
+      list.querySelectorAll("[data-list-input]").forEach(function (input) {
+        input.disabled = false;
+      });
+      var text = list.querySelector("[data-list-text]");
+      if (text) text.disabled = true;
+    });
+  }
+  htmx.onLoad(listInputs);
   document.addEventListener("click", function (event) {
     var button = event.target.closest("[data-add-item]");
     if (!button) return;
@@ -105,6 +119,52 @@
     var submit = form.querySelector("[data-default-submit]");
     if (submit && !submit.disabled) form.requestSubmit(submit);
   });
+
+  // --- Required means not empty (UX 21): said next to the field before anything is sent. ------
+  // The server refuses the same answers (runs.schemas); this only saves the round trip.
+  function isBlank(el) {
+    return !el.disabled && String(el.value || "").trim() === "";
+  }
+  function emptyRequired(form) {
+    var empty = [];
+    form.querySelectorAll("[data-list][data-required]").forEach(function (list) {
+      var inputs = Array.prototype.slice.call(list.querySelectorAll("[data-list-input]:not([disabled]), [data-list-text]:not([disabled])"));
+      if (inputs.length && inputs.every(isBlank)) empty.push(list);
+    });
+    form.querySelectorAll("fieldset.field-choices[data-required]").forEach(function (set) {
+      if (!set.querySelector("input:checked")) empty.push(set);
+    });
+    form.querySelectorAll("input[required], textarea[required], select[required]").forEach(function (el) {
+      if (isBlank(el)) empty.push(el.closest(".field") || el);
+    });
+    return empty;
+  }
+  document.addEventListener(
+    "submit",
+    function (event) {
+      var form = event.target;
+      if (!form.matches || !form.matches("form.answer-form")) return;
+      if (event.submitter && event.submitter.name && event.submitter.name.indexOf("answer") === 0) return;
+      form.querySelectorAll("[data-client-error]").forEach(function (el) { el.remove(); });
+      var empty = emptyRequired(form);
+      if (!empty.length) return;
+      event.preventDefault();
+      event.stopImmediatePropagation();
+      empty.forEach(function (field) {
+        var note = document.createElement("p");
+        note.className = "field-error";
+        note.setAttribute("data-client-error", "");
+        note.textContent = form.dataset.requiredText || gettext("This field is required.");
+        field.appendChild(note);
+        field.querySelectorAll("input, textarea, select").forEach(function (el) {
+          if (!el.disabled && el.type !== "hidden") el.setAttribute("aria-invalid", "true");
+        });
+      });
+      var first = empty[0].querySelector("input:not([disabled]), textarea:not([disabled]), select");
+      if (first) first.focus();
+    },
+    true
+  );
 
   // --- Busy buttons: the clicked one shows progress while htmx disables them all. --------------
   document.addEventListener(

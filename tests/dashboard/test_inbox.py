@@ -138,7 +138,7 @@ def test_it_shows_schema_errors_inline_and_sends_nothing(client: Client, operato
         assert response.status_code == 422
         html = response.content.decode()
         assert "Check the highlighted fields. Nothing was sent to the run." in html
-        assert "Give at least 1 item." in html
+        assert "This field is required." in html
         assert "Must be at most 90." in html
         assert 'name="answer/grace_days" value="365"' in html  # the value is kept
         assert 'aria-invalid="true"' in html

@@ -161,6 +161,7 @@ def side_effect_row(effect: SideEffect, *, stale_ids: set[str] | None = None) ->
                 "result": effect.compensation_result,
                 "error": effect.compensation_error,
                 "by": effect.compensation_actor or None,
+                "reason": effect.compensation_reason,
                 "started_at": effect.compensation_started_at,
                 "ended_at": effect.compensation_ended_at,
                 "in_progress": effect.compensation_in_progress,

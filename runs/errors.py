@@ -20,6 +20,7 @@ ERROR_STATUS: dict[str, int] = {
     "retry_not_allowed": 409,
     "side_effect_unknown": 409,
     "approval_required": 409,
+    "target_changed": 409,
     "idempotency_in_progress": 409,
     "idempotency_key_reused": 422,
     "idempotency_key_missing": 400,

@@ -56,6 +56,7 @@ TITLES: dict[str, str] = {
     "retry_not_allowed": "Retry not allowed",
     "side_effect_unknown": "Side effect unknown",
     "approval_required": "Approval required",
+    "target_changed": "Target changed since the effect",
     "idempotency_in_progress": "Idempotent request in progress",
     "idempotency_key_reused": "Idempotency key reused",
     "idempotency_key_missing": "Idempotency key missing",

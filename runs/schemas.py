@@ -16,9 +16,8 @@ uri…) is checked too.
 from __future__ import annotations
 
 import json
-from typing import Any
-
 from dataclasses import dataclass
+from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
@@ -145,7 +144,8 @@ def _empty_required(schema: Any, value: Any, pointer: str) -> list[SchemaProblem
     found: list[SchemaProblem] = []
     properties = schema.get("properties")
     if isinstance(value, dict) and isinstance(properties, dict):
-        required = schema.get("required") if isinstance(schema.get("required"), list) else []
+        listed = schema.get("required")
+        required: list[Any] = listed if isinstance(listed, list) else []
         for key, sub in properties.items():
             if key not in value:
                 continue

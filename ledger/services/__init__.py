@@ -20,7 +20,11 @@ from ledger.services.outcomes import (
     side_effect_perform,
     side_effect_record_outcome,
 )
-from ledger.services.people import side_effect_compensate, side_effect_reconcile
+from ledger.services.people import (
+    compensation_preview,
+    side_effect_compensate,
+    side_effect_reconcile,
+)
 from ledger.services.reconciler import side_effects_look_up_stale
 
 __all__ = [
@@ -29,6 +33,7 @@ __all__ = [
     "Performed",
     "approval_for",
     "compensation_key_for",
+    "compensation_preview",
     "idempotency_key_for",
     "side_effect_begin",
     "side_effect_compensate",

@@ -137,6 +137,61 @@ def approval_for(run: Run, *, step_id: str, tool: str, target: str) -> dict[str,
     )
 
 
+def _step_of(step_id: str) -> str:
+    """The step a ledger or hold-point key belongs to: ``write`` of ``write.config_store``."""
+    return step_id.split(".", 1)[0]
+
+
+def approval_record(run: Run, *, step_id: str) -> dict[str, Any] | None:
+    """Who approved the step this effect is done in, for the audit trail (issue 15, point 5).
+
+    Any effect, not only an irreversible one, done under an approval records it: the
+    newest answered ``auth_required`` request of this run in the same step (``approve``
+    before ``write``'s config-store call: ``write.approve``, ``write.config_store``) when
+    it said approve, or a start-time approval of that step. None when there is none (or
+    the newest decision was a denial). Never refuses anything: ``approval_for`` does that.
+    """
+    step = _step_of(step_id)
+    for approved in run.approvals or []:
+        if isinstance(approved, str) and (approved == step_id or _step_of(approved) == step):
+            creator = run.created_by.get_username() if run.created_by_id else None  # type: ignore[union-attr]
+            return {
+                "source": "start",
+                "request_id": None,
+                "by": creator,
+                "comment": "Approved when the run was started.",
+                "at": run.created_at.isoformat(),
+            }
+    request = (
+        InputRequest.objects.select_related("answered_by")
+        .filter(
+            run=run,
+            kind=RequestKind.AUTH_REQUIRED,
+            status=RequestStatus.ANSWERED,
+            step_id__startswith=f"{step}.",
+        )
+        .order_by("-answered_at", "-created_at")
+        .first()
+    )
+    answer = request.answer if request is not None and isinstance(request.answer, dict) else {}
+    if request is None or answer.get("decision") != "approve":
+        return None
+    return {
+        "source": "request",
+        "request_id": request.id,
+        "by": request.answered_by.get_username() if request.answered_by is not None else None,
+        "comment": str(answer.get("comment") or ""),
+        "at": request.answered_at.isoformat() if request.answered_at else None,
+    }
+
+
+def _approval(run: Run, *, step_id: str, tool: str, target: str, reversibility: str) -> Any:
+    """An irreversible effect needs its approval (or raises); any other records one if given."""
+    if reversibility == Reversibility.IRREVERSIBLE:
+        return approval_for(run, step_id=step_id, tool=tool, target=target)
+    return approval_record(run, step_id=step_id)
+
+
 def _current_record(
     run: Run, *, step_id: str, tool: str, supplied_key: str | None
 ) -> tuple[SideEffect | None, int, str]:
@@ -225,10 +280,8 @@ def side_effect_begin(
     )
 
     if effect is None:
-        approval = (
-            approval_for(run, step_id=step_id, tool=tool, target=target)
-            if effective == Reversibility.IRREVERSIBLE
-            else None
+        approval = _approval(
+            run, step_id=step_id, tool=tool, target=target, reversibility=effective
         )
         effect = SideEffect(
             run=run,
@@ -305,11 +358,7 @@ def side_effect_begin(
     # FAILED: it did not happen, so it may be done now. The same key is sent again: if the
     # "failure" was wrong after all, the external system recognises the key.
     assert effect.status == SideEffectStatus.FAILED, effect.status
-    approval = (
-        approval_for(run, step_id=step_id, tool=tool, target=target)
-        if effective == Reversibility.IRREVERSIBLE
-        else None
-    )
+    approval = _approval(run, step_id=step_id, tool=tool, target=target, reversibility=effective)
     previous = {"error": effect.error, "resolution": effect.resolution or None}
     _rearm(
         effect,

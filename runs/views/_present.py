@@ -184,9 +184,24 @@ def _diff_lines(diff: str) -> list[DiffLine]:
     return lines
 
 
+def parse_time(value: Any) -> dt.datetime | None:
+    """An ISO time stored in JSON (an approval's ``at``) as a datetime, or None."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+def before_after_diff(before: Any, after: Any, name: str) -> list[DiffLine]:
+    """A unified diff of two JSON values as a person reads them (``now`` → ``after``)."""
+    return _before_after_diff(before, after, name)
+
+
 def _before_after_diff(before: Any, after: Any, name: str) -> list[DiffLine]:
-    old = as_text(before).splitlines()
-    new = as_text(after).splitlines()
+    old = as_text(before).splitlines() if before is not None else []
+    new = as_text(after).splitlines() if after is not None else []
     diff = difflib.unified_diff(old, new, f"{name} (now)", f"{name} (after)", lineterm="", n=3)
     return _diff_lines("\n".join(diff))
 

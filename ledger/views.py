@@ -29,6 +29,8 @@ from ledger.selectors import (
     side_effects_for_run,
     side_effects_for_user,
 )
+from runs.agents import run_label
+from runs.models import Run
 from runs.selectors import RETRY, run_get_for_user
 from runs.views._common import (
     HtmxHttpRequest,
@@ -102,6 +104,11 @@ def _plan(effect_row: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
+def _run_label(run_id: str) -> str:
+    found = Run.objects.filter(pk=run_id).values_list("agent", "input").first()
+    return run_label(found[0], found[1], run_id) if found else run_id
+
+
 def _row(effect_row: dict[str, Any], *, user: Any, origin: str, **extra: Any) -> dict[str, Any]:
     """A side effect as the templates show it, with fresh form keys for its actions."""
     row = dict(effect_row)
@@ -120,6 +127,7 @@ def _row(effect_row: dict[str, Any], *, user: Any, origin: str, **extra: Any) ->
         request_text=as_text(row["request"]) if row["request"] else "",
         can_act=user.has_perm(RETRY),
         approval_at=parse_time((row.get("approval") or {}).get("at")),
+        run_label=_run_label(row["run_id"]),
         reconcile_key=new_idempotency_key(),
         compensate_key=new_idempotency_key(),
         origin=origin,
@@ -254,8 +262,12 @@ def _reply(
         message=message,
         message_level=level,
     )
+    needs = side_effects_for_user(user=request.user, status="needs_reconciliation").count()
     return render(
-        request, "ledger/side_effects.html#effect-row", {"row": row}, status=outcome.status
+        request,
+        "ledger/side_effects.html#effect-reply",
+        {"row": row, "needs_count": needs},
+        status=outcome.status,
     )
 
 

@@ -71,6 +71,9 @@ class Approval:
     comment: str = ""
     answered_by: str | None = None
     request_id: str = ""
+    # Nobody was asked: the planned change was empty (every from equals its to). The step
+    # goes on; it usually has nothing to do (the timeline says why).
+    unchanged: bool = False
 
     @property
     def denied(self) -> bool:
@@ -154,7 +157,10 @@ class Agent:
         retry: RetryPolicy | None = None,
         description: str = "",
         tools: tuple[str, ...] | list[str] = (),
+        label: str = "",
     ) -> None:
+        """``label``: how a run of this agent is named where people read, a template over
+        its input (``"Migrate {service}"``); default the agent's name and a short run id."""
         if not name or len(name) > 100:
             raise ValueError("An agent name must be 1 to 100 characters.")
         self.name = name
@@ -162,6 +168,7 @@ class Agent:
         self.retry = retry or RetryPolicy()
         self.description = description
         self.tools = tuple(tools)
+        self.label = label
         self.steps: dict[str, StepFunction] = {}
         self.start: str | None = None
         from runtime import registry
@@ -177,6 +184,7 @@ class Agent:
             tools=self.tools,
             description=self.description,
             source="python",
+            label=self.label,
         )
 
     @overload

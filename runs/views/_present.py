@@ -22,10 +22,19 @@ from runs.states import FailureClass, RequestKind, RequestStatus, RunStatus
 # --- Times ---------------------------------------------------------------------------------
 
 
+def zone_is_the_users() -> bool:
+    """Whether a zone was activated for this request or push (the browser's, from the
+    ``tz`` cookie app.js sets). Without JavaScript there is none: times are in the server's
+    zone, and then every time says which zone it is in."""
+    return getattr(timezone._active, "value", None) is not None  # type: ignore[attr-defined]
+
+
 def clock(value: dt.datetime | None, *, zone: bool = False) -> str:
-    """``14:02`` today, ``Nov 28, 14:02`` on another day, in the active (the user's) zone."""
+    """``14:02`` today, ``Nov 28, 14:02`` on another day, in the active (the user's) zone;
+    with the zone's name when asked, or when the zone is not the user's."""
     if value is None:
         return ""
+    zone = zone or not zone_is_the_users()
     local = timezone.localtime(value)
     today = timezone.localtime(timezone.now()).date()
     # Date formats are translatable: Chinese reads "11月28日 14:02", not "十一月 28, 14:02".
@@ -454,10 +463,7 @@ def describe_event(event: RunEvent) -> str:
     if t == "run.created":
         return _("Run created for agent %(agent)s.") % {"agent": p.get("agent", "")}
     if t == "attempt.claimed":
-        return _("Attempt %(n)s claimed (lease epoch %(epoch)s).") % {
-            "n": p.get("number", "?"),
-            "epoch": p.get("lease_epoch", "?"),
-        }
+        return _("Attempt %(n)s started on a worker.") % {"n": p.get("number", "?")}
     if t == "checkpoint.saved":
         return _("Checkpoint #%(n)s saved; next step: %(step)s.") % {
             "n": p.get("number", "?"),
@@ -484,10 +490,7 @@ def describe_event(event: RunEvent) -> str:
         return _("Resumed in a new attempt.")
     if t == "run.cancel_requested":
         reason = p.get("reason") or "—"
-        return _("Cancel requested (cancel epoch %(epoch)s). Reason: %(reason)s") % {
-            "epoch": p.get("cancel_epoch", "?"),
-            "reason": reason,
-        }
+        return _("Cancel requested. Reason: %(reason)s") % {"reason": reason}
     if t == "run.cancelled":
         return _("Cancelled.")
     if t == "run.retried":

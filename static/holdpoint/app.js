@@ -219,6 +219,72 @@
     focus.focus({ preventScroll: false });
   });
 
+  // --- Inbox rows (UX 24): ↑/↓ move between rows, Enter opens one in place (a summary does
+  // that by itself), Esc closes it; after an answer the next pending row opens with focus
+  // on its first field. A link to #request-… opens that row.
+  function rowLines() {
+    return Array.prototype.slice.call(document.querySelectorAll("#inbox-list summary.row-line")).filter(function (s) {
+      return s.offsetParent !== null;
+    });
+  }
+  function firstField(root) {
+    return root.querySelector(".row-body input:not([type=hidden]):not([disabled]), .row-body textarea:not([disabled]), .row-body select:not([disabled]), .row-body button:not([disabled])");
+  }
+  function openRow(row, focusField) {
+    if (!row) return;
+    var group = row.closest("details.inbox-group");
+    if (group) group.open = true;
+    var details = row.querySelector("details.row-details");
+    if (details) details.open = true;
+    var target = focusField ? firstField(row) : null;
+    (target || (details && details.querySelector("summary")) || row).focus({ preventScroll: false });
+  }
+  document.addEventListener("keydown", function (event) {
+    var summary = event.target.closest && event.target.closest("#inbox-list summary.row-line");
+    if (summary && (event.key === "ArrowDown" || event.key === "ArrowUp")) {
+      var lines = rowLines();
+      var at = lines.indexOf(summary);
+      var next = lines[at + (event.key === "ArrowDown" ? 1 : -1)];
+      if (next) {
+        event.preventDefault();
+        next.focus();
+      }
+      return;
+    }
+    if (event.key === "Escape") {
+      var open = event.target.closest && event.target.closest("#inbox-list details[open]");
+      if (!open) return;
+      event.preventDefault();
+      open.open = false;
+      var own = open.querySelector("summary");
+      if (own) own.focus();
+    }
+  });
+  document.addEventListener("htmx:afterSwap", function (event) {
+    var card = event.detail && event.detail.target;
+    if (!card || !card.id || card.id.indexOf("request-") !== 0) return;
+    var live = document.getElementById(card.id);
+    if (!live || !live.classList.contains("inbox-row") || live.hasAttribute("data-pending")) return;
+    // Answered: the next pending row of the list (after this one, else the first) opens.
+    var rows = Array.prototype.slice.call(document.querySelectorAll("#inbox-list .inbox-row[data-pending]"));
+    var after = rows.filter(function (row) {
+      return live.compareDocumentPosition(row) & Node.DOCUMENT_POSITION_FOLLOWING;
+    });
+    var next = after[0] || rows[0];
+    if (next) openRow(next, true);
+  });
+  function openFromHash() {
+    var id = window.location.hash.slice(1);
+    var row = id && id.indexOf("request-") === 0 && document.getElementById(id);
+    if (row && row.classList.contains("inbox-row")) openRow(row, false);
+  }
+  window.addEventListener("hashchange", openFromHash);
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", openFromHash);
+  } else {
+    openFromHash();
+  }
+
   // --- Live pushes (htmx's ws extension swaps each pushed part in by id, out of band). --------
   // A part whose data-version did not change keeps what the person is doing with it: what
   // they typed into a card or the cancel form, an open dialog. A part with a request of its
@@ -300,6 +366,17 @@
     });
   });
   document.addEventListener("htmx:oobAfterSwap", tick);
+  // Messages follow the state: a note that holds only while the run is in some states
+  // ("Cancel accepted…" while cancelling) leaves when the pushed status says otherwise.
+  function staleNotes() {
+    document.querySelectorAll("[data-while-status][data-run-status]").forEach(function (note) {
+      var status = document.getElementById(note.getAttribute("data-run-status"));
+      var now = status && status.getAttribute("data-status");
+      if (now && note.getAttribute("data-while-status").split(" ").indexOf(now) < 0) note.remove();
+    });
+  }
+  document.addEventListener("htmx:oobAfterSwap", staleNotes);
+  document.addEventListener("htmx:afterSwap", staleNotes);
   // The server closes a socket with 4401 when the session has ended: show the login page.
   document.addEventListener("htmx:wsClose", function (event) {
     var closed = event.detail && event.detail.event;

@@ -382,6 +382,8 @@ class ContextItem:
     key: str
     text: str
     structured: bool
+    # A small object of plain values reads as a table of rows (key, value), not JSON.
+    rows: tuple[tuple[str, str], ...] = ()
 
     @property
     def lines(self) -> int:
@@ -401,6 +403,28 @@ def _scalar_list(value: Any) -> bool:
     )
 
 
+def _plain(value: Any) -> str:
+    if isinstance(value, bool):
+        return _("yes") if value else _("no")
+    if value is None:
+        return "—"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def _flat_object(value: Any) -> bool:
+    """An object of up to 20 plain values (or short lists of them): shown as a table."""
+    return (
+        isinstance(value, dict)
+        and 0 < len(value) <= 20
+        and all(
+            v is None or isinstance(v, str | int | float | bool) or _scalar_list(v)
+            for v in value.values()
+        )
+    )
+
+
 def context_items(context: Any) -> list[ContextItem]:
     """The context an agent gave with its question; a short list reads as ``v1, v2, v3``."""
     if not isinstance(context, dict):
@@ -409,6 +433,9 @@ def context_items(context: Any) -> list[ContextItem]:
     for key, value in context.items():
         if _scalar_list(value):
             items.append(ContextItem(str(key), ", ".join(str(v) for v in value), False))
+        elif _flat_object(value):
+            rows = tuple((str(k), _plain(v)) for k, v in value.items())
+            items.append(ContextItem(str(key), as_text(value), False, rows=rows))
         else:
             items.append(ContextItem(str(key), as_text(value), not isinstance(value, str)))
     return items

@@ -1,4 +1,4 @@
-"""Screenshots of every dashboard page: desktop (1280×800) and phone (390×844), English and
+"""Screenshots of every dashboard page: desktop (1280 x 800) and phone (390 x 844), English and
 Chinese, into ``var/screenshots/`` (ignored by git). ``make screenshots`` runs this.
 
 It starts its own Holdpoint (``manage.py serve``: web server, workers, demo agents and the
@@ -48,7 +48,7 @@ def start_server(tmp: Path, port: int) -> subprocess.Popen[bytes]:
         HOLDPOINT_DEMO_PASSWORD=PASSWORD,
     )
     log = open(tmp / "serve.log", "wb")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen(
+    return subprocess.Popen(  # noqa: S603 - our own manage.py, no shell
         [sys.executable, "manage.py", "serve", "--host", "127.0.0.1", "--port", str(port)],
         cwd=ROOT,
         env=env,
@@ -61,7 +61,7 @@ def wait_for(url: str, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(url, timeout=2) as reply:
+            with urllib.request.urlopen(url, timeout=2) as reply:  # noqa: S310 - http://127.0.0.1
                 if reply.status == 200:
                     return
         except OSError:
@@ -107,7 +107,7 @@ def pages(page: Any) -> list[tuple[str, str]]:
         ("inbox-answered", "/?tab=answered"),
         ("inbox-expired", "/?tab=expired"),
         ("runs", "/runs/"),
-        ("start", "/runs/start/"),
+        ("start", "/runs/new"),
         ("side-effects", "/side-effects/"),
         ("side-effects-all", "/side-effects/?tab=all"),
         ("not-found", "/runs/run_does_not_exist/"),
@@ -174,7 +174,7 @@ def shoot(base_url: str, out: Path, *, username: str) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "var" / "screenshots"))
-    parser.add_argument("--user", default="approver", help="Demo account to look as.")
+    parser.add_argument("--user", default="admin", help="Demo account to look as.")
     parser.add_argument("--keep", action="store_true", help="Keep the throwaway directory.")
     args = parser.parse_args()
     out = Path(args.out)

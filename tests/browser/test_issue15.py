@@ -322,7 +322,7 @@ def test_7_no_page_scrolls_sideways_on_a_phone(
             "/side-effects/",
             "/side-effects/?tab=all",
             f"/side-effects/runs/{run.id}/",
-            "/runs/start/",
+            "/runs/new",
         ]:
             page.goto(url)
             for summary in page.locator("details:not([open]) > summary").all()[:6]:

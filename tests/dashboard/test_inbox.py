@@ -160,7 +160,8 @@ def test_it_tells_a_stale_tab_who_answered_and_when(
     response = answer(other, req, [("answer/versions", "v9")], htmx=True, key="tab-2")
     assert response.status_code == 409
     html = response.content.decode()
-    when = timezone.localtime(answered_at).strftime("%H:%M")
+    # No time zone cookie (no JavaScript): the time names its zone.
+    when = timezone.localtime(answered_at).strftime("%H:%M %Z")
     assert f"Already answered by alice at {when}." in html
     assert "Answered by alice at" in html and "v1" in html  # the refreshed, read-only card
     assert "answer-form" not in html

@@ -85,7 +85,7 @@ def test_it_lists_what_needs_reconciliation(
     assert "Unknown — needs reconciliation" in html
     assert "Mark happened" in html and "Mark not happened" in html
     assert effects["unknown"].idempotency_key in html
-    assert '<span class="tab-count">1</span>' in html
+    assert '<span id="effects-needs-count" class="tab-count">1</span>' in html
     everything = text(client.get("/side-effects/?tab=all"))
     for effect in effects.values():
         assert f'id="effect-{effect.operation_id}"' in everything

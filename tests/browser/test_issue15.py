@@ -96,7 +96,7 @@ def test_2_two_list_values_are_stored_as_two(
         card.get_by_role("button", name="+ Add another").click()
         inputs.nth(1).fill("v3")
     else:
-        expect(card.locator("legend")).to_contain_text("(one per line)")
+        expect(card.locator("[data-list] legend")).to_contain_text("(one per line)")
         card.locator("textarea[data-list-text]").fill("v2\nv3")
     card.get_by_role("button", name="Submit response").click()
     expect(page.locator(".flash-success").first).to_contain_text("Answer sent")
@@ -257,7 +257,7 @@ def test_6_the_inbox_is_rows_grouped_and_keyboard_driven(page: Any, operator: Us
     expect(row(page, third).locator("details.row-details")).not_to_have_attribute("open", "")
     shot(page, "issue15-6-inbox")
     # Keyboard: Esc closes, ↓ moves, Enter opens.
-    row(page, first).locator("input").first.focus()
+    row(page, first).locator("[data-list-input]").first.focus()
     page.keyboard.press("Escape")
     expect(row(page, first).locator("details.row-details")).not_to_have_attribute("open", "")
     expect(row(page, first).locator("summary.row-line")).to_be_focused()

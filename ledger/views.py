@@ -42,7 +42,7 @@ from runs.views._common import (
     redirect_after_post,
     safe_next,
 )
-from runs.views._present import as_text, before_after_diff, parse_time
+from runs.views._present import as_text, before_after_diff, parse_time, value_rows
 from runs.views.runs import run_context
 
 S = SideEffectStatus
@@ -122,6 +122,7 @@ def _row(effect_row: dict[str, Any], *, user: Any, origin: str, **extra: Any) ->
             else row["reversibility"]
         ),
         compensating_text=as_text(row["compensating_action"]) if row["compensating_action"] else "",
+        compensating_rows=value_rows(row["compensating_action"]),
         error_text=as_text(row["error"]) if row["error"] else "",
         result_text=as_text(row["result"]) if row["result"] is not None else "",
         request_text=as_text(row["request"]) if row["request"] else "",

@@ -425,6 +425,14 @@ def _flat_object(value: Any) -> bool:
     )
 
 
+def value_rows(value: Any) -> list[tuple[str, str]]:
+    """A flat JSON object (a run's input or result) as (key, value) rows for a table; []
+    when it is not flat (then it is shown as indented JSON)."""
+    if not _flat_object(value):
+        return []
+    return [(str(k), _plain(v)) for k, v in value.items()]
+
+
 def context_items(context: Any) -> list[ContextItem]:
     """The context an agent gave with its question; a short list reads as ``v1, v2, v3``."""
     if not isinstance(context, dict):

@@ -45,6 +45,7 @@ from runs.views._present import (
     run_status_text,
     span,
     status_tone,
+    value_rows,
 )
 from runs.views.cards import RequestCard, build_card
 
@@ -221,7 +222,9 @@ def run_shared_context(run: Run, *, timeline: str = "") -> dict[str, Any]:
         "timeline_filters": [(k, v[0]) for k, v in TIMELINE_FILTERS.items()],
         "checkpoints": _checkpoint_rows(run),
         "input_text": as_text(run.input),
+        "input_rows": value_rows(run.input),
         "result_text": as_text(run.result) if run.result is not None else "",
+        "result_rows": value_rows(run.result),
         "created": clock(run.created_at),
         "finished": clock(run.finished_at),
         "not_before": clock(run.not_before),

@@ -363,6 +363,13 @@
     fragment.querySelectorAll("[data-version][id]").forEach(function (part) {
       var live = document.getElementById(part.id);
       if (live && (sameVersion(live, part) || busy(live))) part.setAttribute("hx-preserve", "true");
+      // An inbox row the person opened stays open when a push redraws it.
+      var opened = live && live.querySelector("details.row-details");
+      var incomingRow = part.querySelector && part.querySelector("details.row-details");
+      if (opened && incomingRow) {
+        if (opened.open) incomingRow.setAttribute("open", "");
+        else incomingRow.removeAttribute("open");
+      }
     });
   });
   document.addEventListener("htmx:oobAfterSwap", tick);
@@ -376,6 +383,13 @@
     });
   }
   document.addEventListener("htmx:oobAfterSwap", staleNotes);
+  // A group holding an open row is open too (after a push redrew the list).
+  function openGroups() {
+    document.querySelectorAll("details.inbox-group").forEach(function (group) {
+      if (group.querySelector("details.row-details[open]")) group.open = true;
+    });
+  }
+  document.addEventListener("htmx:oobAfterSwap", openGroups);
   document.addEventListener("htmx:afterSwap", staleNotes);
   // The server closes a socket with 4401 when the session has ended: show the login page.
   document.addEventListener("htmx:wsClose", function (event) {

@@ -558,6 +558,14 @@ def describe_event(event: RunEvent) -> str:
     if t == "agent.log":
         step = p.get("step")
         message = str(p.get("message", ""))
+        found = p.get("data")
+        data: dict[str, Any] = found if isinstance(found, dict) else {}
+        if data.get("event") == "approval_skipped":
+            # Written by the SDK, not the agent: said in the reader's language.
+            message = _(
+                "Did not ask for approval of %(action)s on %(target)s: the planned change "
+                "is empty (nothing would change)."
+            ) % {"action": data.get("action", ""), "target": data.get("target", "")}
         return f"{step}: {message}" if step else message
     if t.startswith("side_effect."):
         what = SIDE_EFFECT_WORDS.get(t[len("side_effect.") :], t)

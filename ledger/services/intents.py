@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 
 from ledger.models import Reversibility, SideEffect, SideEffectStatus
 from ledger.services._common import (
@@ -142,14 +143,18 @@ def _step_of(step_id: str) -> str:
     return step_id.split(".", 1)[0]
 
 
-def approval_record(run: Run, *, step_id: str) -> dict[str, Any] | None:
-    """Who approved the step this effect is done in, for the audit trail (issue 15, point 5).
+def approval_record(
+    run: Run, *, step_id: str, tool: str = "", target: str = ""
+) -> dict[str, Any] | None:
+    """Who approved this effect, for the audit trail (issue 15, point 5).
 
     Any effect, not only an irreversible one, done under an approval records it: the
-    newest answered ``auth_required`` request of this run in the same step (``approve``
-    before ``write``'s config-store call: ``write.approve``, ``write.config_store``) when
-    it said approve, or a start-time approval of that step. None when there is none (or
-    the newest decision was a denial). Never refuses anything: ``approval_for`` does that.
+    newest answered ``auth_required`` request of this run that is about it, when it said
+    approve. About it: asked in the same step (``write.approve`` before
+    ``write.config_store``), or naming the same tool and target in its action (an
+    ``approve`` step before a ``write`` step, as the demo agent does). Else a start-time
+    approval of that step. None when there is none, or when the newest decision was a
+    denial. Never refuses anything: ``approval_for`` does that.
     """
     step = _step_of(step_id)
     for approved in run.approvals or []:
@@ -168,7 +173,10 @@ def approval_record(run: Run, *, step_id: str) -> dict[str, Any] | None:
             run=run,
             kind=RequestKind.AUTH_REQUIRED,
             status=RequestStatus.ANSWERED,
-            step_id__startswith=f"{step}.",
+        )
+        .filter(
+            Q(step_id__startswith=f"{step}.")
+            | (Q(action__tool=tool, action__target=target) if tool and target else Q(pk=None))
         )
         .order_by("-answered_at", "-created_at")
         .first()
@@ -189,7 +197,7 @@ def _approval(run: Run, *, step_id: str, tool: str, target: str, reversibility: 
     """An irreversible effect needs its approval (or raises); any other records one if given."""
     if reversibility == Reversibility.IRREVERSIBLE:
         return approval_for(run, step_id=step_id, tool=tool, target=target)
-    return approval_record(run, step_id=step_id)
+    return approval_record(run, step_id=step_id, tool=tool, target=target)
 
 
 def _current_record(

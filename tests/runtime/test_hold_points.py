@@ -373,3 +373,32 @@ def test_an_effect_done_under_an_approval_records_who_approved(
     assert effect.approval["by"] == "alice"
     assert effect.approval["comment"] == "after the freeze"
     assert effect.approval["source"] == "request" and effect.approval["at"]
+
+
+def test_an_approval_in_an_earlier_step_about_the_same_tool_and_target_is_recorded(
+    make_agent, approver, settings, tmp_path
+) -> None:
+    """The demo agent approves in ``approve`` and writes in ``write``: the write records it."""
+    from ledger.models import SideEffect
+
+    settings.HOLDPOINT_CONFIG_STORE_DIR = tmp_path / "config-store"
+    agent = make_agent()
+
+    @agent.step
+    def approve(ctx, state):
+        ctx.approve(
+            "update_auth_config", "app", {"ttl": {"from": 60, "to": 30}}, tool="config_store"
+        )
+        return ctx.next("write")
+
+    @agent.step
+    def write(ctx, state):
+        ctx.side_effect("config_store", "app", {"document": "app", "content": {"ttl": 30}})
+        return ctx.done(True)
+
+    run = services.run_start(agent=agent.name, input={})
+    assert run_next(agent) == Outcome.INTERRUPTED
+    answer(run, {"decision": "approve", "comment": "go"}, user=approver)
+    assert run_next(agent) == Outcome.SUCCEEDED
+    effect = SideEffect.objects.get(run=run)
+    assert (effect.approval["by"], effect.approval["comment"]) == ("alice", "go")

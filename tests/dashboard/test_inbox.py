@@ -58,7 +58,8 @@ def test_it_shows_the_run_agent_step_kind_context_and_expiry(
     card = card_html(client.get("/").content.decode(), req.id)
     assert run.id in card and "test-agent" in card and "<code>choose</code>" in card
     assert '<span class="chip chip-input">Input</span>' in card
-    assert "auth-gateway" in card and "&quot;v1&quot;: 3" in card
+    # A small object reads as a table, not JSON (issue 15).
+    assert "auth-gateway" in card and '<th scope="row">v1</th><td>3</td>' in card
     assert "data-countdown" in card and "Expires in 59m" in card
     assert "If unanswered by" in card and "the run fails." in card
     # The form: checkboxes for an enum array, a number with bounds and its default.

@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test test-fast lint fmt migrate sweep worker web clean browser-deps messages bench chaos chaos-short
+.PHONY: run test test-fast lint fmt migrate sweep worker web clean browser-deps messages bench chaos chaos-short screenshots
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,11 @@ messages: $(STAMP)
 	$(PY) manage.py makemessages -l zh_Hans $(MESSAGES_IGNORE) --no-obsolete --add-location=file
 	$(PY) manage.py makemessages -d djangojs -l zh_Hans $(MESSAGES_IGNORE) --no-obsolete --add-location=file
 	$(PY) manage.py compilemessages -l zh_Hans $(MESSAGES_IGNORE)
+
+## Screenshots of every page (desktop and phone, English and Chinese) into var/screenshots/,
+## from a throwaway database with the demo runs (scripts/screenshots.py).
+screenshots: $(STAMP) browser-deps
+	$(PY) scripts/screenshots.py $(SCREENSHOTS_ARGS)
 
 ## Benchmarks against their baselines and peers, measured side by side in one run; writes
 ## the raw figures to bench/results/<UTC date>.md. Needs DATABASE_URL (PostgreSQL) and REDIS_URL.

@@ -83,6 +83,7 @@ class CompensationSerializer(serializers.Serializer):
     result = serializers.JSONField(allow_null=True)
     error = serializers.JSONField(allow_null=True)
     by = serializers.CharField(allow_null=True)
+    reason = serializers.CharField(allow_blank=True, help_text="Why a person undid the effect.")
     started_at = UtcDateTimeField(allow_null=True)
     ended_at = UtcDateTimeField(allow_null=True)
     in_progress = serializers.BooleanField()
@@ -271,27 +272,51 @@ class SideEffectReconcileApi(IdempotentMixin, APIView):
 class SideEffectCompensateApi(IdempotentMixin, APIView):
     """Undo a confirmed, reversible or compensable side effect with its tool's
     compensating action, under the effect's own compensation key (so trying again
-    after a failure is harmless). An irreversible effect is refused."""
+    after a failure is harmless). An irreversible effect is refused. A reason is
+    required. When the target changed after the effect (another version on top),
+    it is refused with ``409 target_changed`` unless ``force`` is true."""
+
+    class InputSerializer(serializers.Serializer):
+        reason = serializers.CharField(max_length=2000, help_text="Why the effect is undone.")
+        force = serializers.BooleanField(
+            required=False,
+            default=False,
+            help_text="Restore anyway although the target changed after the effect.",
+        )
+
+        class Meta:
+            ref_name = "SideEffectCompensateInput"
 
     @extend_schema(
         tags=TAGS,
         operation_id="side_effects_compensate",
-        request=None,
+        request=InputSerializer,
         parameters=[idempotency_key_parameter(required=True)],
         responses={
             200: SideEffectSerializer,
-            **problems(*AUTH_CODES, *BODY_CODES, *IDEMPOTENCY_CODES, "not_found", "invalid_state"),
+            **problems(
+                *AUTH_CODES,
+                *BODY_CODES,
+                *IDEMPOTENCY_CODES,
+                "not_found",
+                "invalid_state",
+                "target_changed",
+            ),
         },
     )
     def post(self, request: Request, operation_id: str) -> HttpResponse:
         effect = side_effect_get_for_user(user=request.user, operation_id=operation_id, perm=RETRY)
         self.idempotency_key(request)
+        data = validated(self.InputSerializer, request.data)
         return self.idempotent(
             request,
             lambda: Response(
                 effect_data(
                     services.side_effect_compensate(
-                        operation_id=effect.operation_id, user=request.user
+                        operation_id=effect.operation_id,
+                        user=request.user,
+                        reason=data["reason"],
+                        force=data["force"],
                     ),
                     request.user,
                 )

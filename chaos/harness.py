@@ -122,6 +122,11 @@ def value_for(schema: Any, name: str, hook_url: str, rng: random.Random) -> Any:
         return rng.randint(int(low), int(high)) if kind == "integer" else float(low)
     if kind == "boolean":
         return False
+    # Formats are checked (runs.schemas): give what each one asks for.
+    if schema.get("format") == "date":
+        return "2026-01-0" + str(rng.randint(1, 9))
+    if schema.get("format") == "email":
+        return "chaos@example.com"
     if schema.get("format") == "uri" or any(
         w in name.lower() for w in ("url", "target", "endpoint", "hook")
     ):

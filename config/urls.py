@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 
 from config.health import healthz, metrics
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
+    # Browsers ask for /favicon.ico on pages that name none (the admin, raw files).
+    path("favicon.ico", RedirectView.as_view(url=static("holdpoint/favicon.svg"), permanent=True)),
     path("metrics", metrics, name="metrics"),
     # The JSON API: control, worker protocol, side effects.
     path("api/", include("api.urls")),

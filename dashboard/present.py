@@ -25,10 +25,19 @@ from runs.states import FailureClass, RequestKind, RequestStatus, RunStatus
 # --- Times ---------------------------------------------------------------------------------
 
 
+def zone_is_the_users() -> bool:
+    """Whether a zone was activated for this request or push (the browser's, from the
+    ``tz`` cookie app.js sets). Without JavaScript there is none: times are in the server's
+    zone, and then every time says which zone it is in."""
+    return getattr(timezone._active, "value", None) is not None  # type: ignore[attr-defined]
+
+
 def clock(value: dt.datetime | None, *, zone: bool = False) -> str:
-    """``14:02`` today, ``Nov 28, 14:02`` on another day, in the active (the user's) zone."""
+    """``14:02`` today, ``Nov 28, 14:02`` on another day, in the active (the user's) zone;
+    with the zone's name when asked, or when the zone is not the user's."""
     if value is None:
         return ""
+    zone = zone or not zone_is_the_users()
     local = timezone.localtime(value)
     today = timezone.localtime(timezone.now()).date()
     # Date formats are translatable: Chinese reads "11月28日 14:02", not "十一月 28, 14:02".
@@ -198,9 +207,24 @@ def _diff_lines(diff: str) -> list[DiffLine]:
     return lines
 
 
+def parse_time(value: Any) -> dt.datetime | None:
+    """An ISO time stored in JSON (an approval's ``at``) as a datetime, or None."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+def before_after_diff(before: Any, after: Any, name: str) -> list[DiffLine]:
+    """A unified diff of two JSON values as a person reads them (``now`` → ``after``)."""
+    return _before_after_diff(before, after, name)
+
+
 def _before_after_diff(before: Any, after: Any, name: str) -> list[DiffLine]:
-    old = as_text(before).splitlines()
-    new = as_text(after).splitlines()
+    old = as_text(before).splitlines() if before is not None else []
+    new = as_text(after).splitlines() if after is not None else []
     diff = difflib.unified_diff(old, new, f"{name} (now)", f"{name} (after)", lineterm="", n=3)
     return _diff_lines("\n".join(diff))
 
@@ -385,6 +409,8 @@ class ContextItem:
     key: str
     text: str
     structured: bool
+    # A small object of plain values reads as a table of rows (key, value), not JSON.
+    rows: tuple[tuple[str, str], ...] = ()
 
     @property
     def lines(self) -> int:
@@ -404,6 +430,36 @@ def _scalar_list(value: Any) -> bool:
     )
 
 
+def _plain(value: Any) -> str:
+    if isinstance(value, bool):
+        return _("yes") if value else _("no")
+    if value is None:
+        return "—"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def _flat_object(value: Any) -> bool:
+    """An object of up to 20 plain values (or short lists of them): shown as a table."""
+    return (
+        isinstance(value, dict)
+        and 0 < len(value) <= 20
+        and all(
+            v is None or isinstance(v, str | int | float | bool) or _scalar_list(v)
+            for v in value.values()
+        )
+    )
+
+
+def value_rows(value: Any) -> list[tuple[str, str]]:
+    """A flat JSON object (a run's input or result) as (key, value) rows for a table; []
+    when it is not flat (then it is shown as indented JSON)."""
+    if not _flat_object(value):
+        return []
+    return [(str(k), _plain(v)) for k, v in value.items()]
+
+
 def context_items(context: Any) -> list[ContextItem]:
     """The context an agent gave with its question; a short list reads as ``v1, v2, v3``."""
     if not isinstance(context, dict):
@@ -412,6 +468,9 @@ def context_items(context: Any) -> list[ContextItem]:
     for key, value in context.items():
         if _scalar_list(value):
             items.append(ContextItem(str(key), ", ".join(str(v) for v in value), False))
+        elif _flat_object(value):
+            rows = tuple((str(k), _plain(v)) for k, v in value.items())
+            items.append(ContextItem(str(key), as_text(value), False, rows=rows))
         else:
             items.append(ContextItem(str(key), as_text(value), not isinstance(value, str)))
     return items
@@ -478,10 +537,7 @@ def describe_event(event: RunEvent) -> str:
             "steps": ", ".join(str(s) for s in steps) if isinstance(steps, list) else "",
         }
     if t == "attempt.claimed":
-        return _("Attempt %(n)s claimed (lease epoch %(epoch)s).") % {
-            "n": p.get("number", "?"),
-            "epoch": p.get("lease_epoch", "?"),
-        }
+        return _("Attempt %(n)s started on a worker.") % {"n": p.get("number", "?")}
     if t == "checkpoint.saved":
         return _("Checkpoint #%(n)s saved; next step: %(step)s.") % {
             "n": p.get("number", "?"),
@@ -508,10 +564,7 @@ def describe_event(event: RunEvent) -> str:
         return _("Resumed in a new attempt.")
     if t == "run.cancel_requested":
         reason = p.get("reason") or "—"
-        return _("Cancel requested (cancel epoch %(epoch)s). Reason: %(reason)s") % {
-            "epoch": p.get("cancel_epoch", "?"),
-            "reason": reason,
-        }
+        return _("Cancel requested. Reason: %(reason)s") % {"reason": reason}
     if t == "run.cancelled":
         return _("Cancelled.")
     if t == "run.pause_requested":
@@ -569,6 +622,14 @@ def describe_event(event: RunEvent) -> str:
     if t == "agent.log":
         step = p.get("step")
         message = str(p.get("message", ""))
+        found = p.get("data")
+        data: dict[str, Any] = found if isinstance(found, dict) else {}
+        if data.get("event") == "approval_skipped":
+            # Written by the SDK, not the agent: said in the reader's language.
+            message = _(
+                "Did not ask for approval of %(action)s on %(target)s: the planned change "
+                "is empty (nothing would change)."
+            ) % {"action": data.get("action", ""), "target": data.get("target", "")}
         return f"{step}: {message}" if step else message
     if t.startswith("side_effect."):
         what = SIDE_EFFECT_WORDS.get(t[len("side_effect.") :], t)

@@ -38,10 +38,9 @@ from typing import Any
 from django.http import QueryDict
 from django.utils.text import capfirst
 from django.utils.translation import gettext as _
-from django.utils.translation import ngettext
-from jsonschema.exceptions import ValidationError
+from django.utils.translation import gettext_lazy, ngettext
 
-from runs.schemas import schema_validator
+from runs.schemas import SchemaProblem, schema_problems
 
 ROOT_NAME = "answer"
 # A lone choice with this many options or fewer becomes one button per option (UX 6).
@@ -89,6 +88,13 @@ class SchemaField:
     shown: Any = ""
     errors: list[str] = field(default_factory=list)
     item_type: str = ""
+
+    @property
+    def shown_lines(self) -> str:
+        """A list's values one per line, for the textarea shown without JavaScript."""
+        if isinstance(self.shown, list):
+            return "\n".join(v for v in self.shown if v)
+        return ""
 
     @property
     def is_fieldset(self) -> bool:
@@ -430,7 +436,8 @@ class SchemaForm:
             number = self._number(raw, f.schema, f)
             return MISSING if number is None else number
         if f.widget == "list":
-            raw_items = data.getlist(f.name)
+            # One value per input (JavaScript) or one per line of the textarea (without it).
+            raw_items = [line for raw in data.getlist(f.name) for line in raw.splitlines()]
             f.shown = self._list_slots(f.schema, [r for r in raw_items if r.strip()])
             items: list[Any] = []
             for raw in raw_items:
@@ -489,9 +496,9 @@ class SchemaForm:
     # --- Validation ----------------------------------------------------------------------
 
     def _validate(self, value: Any) -> None:
-        validator = schema_validator(self.schema)
-        for error in sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path)):
-            self.add_error(_pointer_of(error), _message_of(error))
+        # The services' own validator (runs.schemas): what the form accepts, they accept.
+        for problem in schema_problems(self.schema, value):
+            self.add_error(problem.pointer, _message_of(problem))
 
     def add_error(self, pointer: str, message: str) -> None:
         """Put ``message`` on the field ``pointer`` names, or the nearest field above it."""
@@ -516,26 +523,50 @@ class SchemaForm:
             pointer = pointer.rsplit("/", 1)[0]
 
 
-def _pointer_of(error: ValidationError) -> str:
-    pointer = "".join(f"/{_escape_pointer_part(str(part))}" for part in error.absolute_path)
-    if error.validator == "required" and isinstance(error.instance, dict):
-        # "'name' is a required property": the error belongs to the missing field.
-        missing = [
-            key
-            for key in (error.validator_value or [])
-            if isinstance(key, str) and key not in error.instance
-        ]
-        if missing:
-            pointer = f"{pointer}/{_escape_pointer_part(missing[0])}"
-    return pointer
+FORMAT_WORDS = {
+    "email": gettext_lazy("Must be an e-mail address."),
+    "idn-email": gettext_lazy("Must be an e-mail address."),
+    "date": gettext_lazy("Must be a date (year-month-day)."),
+    "date-time": gettext_lazy("Must be a date and time."),
+    "time": gettext_lazy("Must be a time of day."),
+    "uri": gettext_lazy("Must be a web address (https://…)."),
+    "url": gettext_lazy("Must be a web address (https://…)."),
+    "hostname": gettext_lazy("Must be a host name."),
+    "ipv4": gettext_lazy("Must be an IPv4 address."),
+    "ipv6": gettext_lazy("Must be an IPv6 address."),
+    "uuid": gettext_lazy("Must be a UUID."),
+}
+TYPE_WORDS = {
+    "string": gettext_lazy("text"),
+    "integer": gettext_lazy("a whole number"),
+    "number": gettext_lazy("a number"),
+    "boolean": gettext_lazy("yes or no"),
+    "array": gettext_lazy("a list"),
+    "object": gettext_lazy("a group of fields"),
+    "null": gettext_lazy("nothing"),
+}
 
 
-def _message_of(error: ValidationError) -> str:
+def _shape_words(schema: dict[str, Any]) -> str:
+    """What a value must look like, in the words the agent gave (format, then description,
+    then title); never the regular expression itself."""
+    fmt = schema.get("format")
+    if isinstance(fmt, str) and fmt in FORMAT_WORDS:
+        return str(FORMAT_WORDS[fmt])
+    described = schema.get("description") or schema.get("title")
+    if isinstance(described, str) and described.strip():
+        return _("Must be: %(what)s.") % {"what": described.strip().rstrip(".")}
+    return _("This value is not in the form this field expects.")
+
+
+def _message_of(problem: SchemaProblem) -> str:
     """A sentence a person understands, for the validators forms meet most."""
-    kind = error.validator
-    bound = error.validator_value
+    kind = problem.kind
+    bound = problem.bound
     if kind == "required":
         return _("This field is required.")
+    if kind in ("pattern", "format"):
+        return _shape_words(problem.schema)
     if kind == "minimum":
         return _("Must be at least %(bound)s.") % {"bound": _number_text(bound)}
     if kind == "maximum":
@@ -562,13 +593,12 @@ def _message_of(error: ValidationError) -> str:
         }
     if kind == "uniqueItems":
         return _("Each item must be different.")
-    if kind == "pattern":
-        return _("Must match the pattern %(pattern)s.") % {"pattern": bound}
     if kind in ("enum", "const"):
         return _("Choose one of the options.")
     if kind == "type":
-        wanted = bound if isinstance(bound, str) else ", ".join(map(str, bound))
-        return _("Must be a value of type %(type)s.") % {"type": wanted}
+        kinds = [bound] if isinstance(bound, str) else [str(k) for k in bound]
+        wanted = _(" or ").join(str(TYPE_WORDS.get(k, k)) for k in kinds)
+        return _("Must be %(type)s.") % {"type": wanted}
     if kind == "multipleOf":
         return _("Must be a multiple of %(bound)s.") % {"bound": _number_text(bound)}
-    return str(error.message)
+    return _("This value is not accepted here.")

@@ -5,6 +5,7 @@ every change writes its run event under the run lock."""
 from __future__ import annotations
 
 from django.contrib import admin
+from django.utils.translation import gettext_lazy as _
 
 from ledger.models import SideEffect
 from runs.admin import ReadOnlyAdmin
@@ -21,8 +22,20 @@ class SideEffectAdmin(ReadOnlyAdmin):
         "status",
         "reversibility",
         "late",
+        "approved_by",
         "created_at",
     ]
     list_filter = ["status", "reversibility", "tool", "late"]
     search_fields = ["operation_id", "run__id", "idempotency_key", "external_reference", "target"]
     date_hierarchy = "created_at"
+
+    @admin.display(description=_("Approved by"))
+    def approved_by(self, effect: SideEffect) -> str:
+        """Who approved the step the effect was done in, when, and what they said."""
+        approval = effect.approval if isinstance(effect.approval, dict) else None
+        if not approval:
+            return "—"
+        who = approval.get("by") or "—"
+        comment = approval.get("comment") or ""
+        at = approval.get("at") or ""
+        return f"{who} · {at}" + (f" — “{comment}”" if comment else "")

@@ -106,6 +106,8 @@ class SideEffect(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     compensation_actor = models.CharField(max_length=200, blank=True)
+    # Why a person undid the effect (the dashboard and the API ask for it).
+    compensation_reason = models.TextField(blank=True)
 
     class Meta:
         ordering = ["run", "created_at", "operation_id"]

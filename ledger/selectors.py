@@ -188,6 +188,7 @@ def side_effect_row(
                 "result": reply(effect.compensation_result),
                 "error": reply(effect.compensation_error),
                 "by": effect.compensation_actor or None,
+                "reason": effect.compensation_reason,
                 "started_at": effect.compensation_started_at,
                 "ended_at": effect.compensation_ended_at,
                 "in_progress": effect.compensation_in_progress,

@@ -81,6 +81,8 @@ class AgentSpec:
     tools: tuple[str, ...] = ()
     description: str = ""
     source: str = "python"
+    # A template over the run's input, e.g. "Migrate {service}" (see ``run_label``).
+    label: str = ""
 
 
 _registry: dict[str, AgentSpec] = {}
@@ -125,3 +127,26 @@ def all_agent_specs() -> list[AgentSpec]:
     for declared in DeclaredAgent.objects.order_by("name"):
         specs.setdefault(declared.name, agent_spec(declared.name))
     return sorted(specs.values(), key=lambda s: s.name)
+
+
+LABEL_MAX = 80
+
+
+def run_label(agent: str, input: Any, run_id: str) -> str:
+    """A run's human label: the agent's label template filled from the input (``Migrate
+    auth-gateway``), else the agent's name and a short id (``deploy · 7GQ2KD``).
+
+    Only Python agents registered in this process are consulted (no query per row); a
+    template that does not fit the input (a field missing) falls back to the default.
+    """
+    short = run_id.rsplit("_", 1)[-1][-6:]
+    spec = _registry.get(agent)
+    if spec is not None and spec.label and isinstance(input, dict):
+        fields = {k: v if isinstance(v, str | int | float) else str(v) for k, v in input.items()}
+        try:
+            text = spec.label.format_map(fields).strip()
+        except (ValueError, AttributeError, IndexError, KeyError):
+            text = ""
+        if text:
+            return text if len(text) <= LABEL_MAX else text[: LABEL_MAX - 1] + "…"
+    return f"{agent} · {short}"

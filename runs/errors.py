@@ -27,6 +27,8 @@ ERRORS: dict[str, ErrorKind] = {
     "retry_not_allowed": ErrorKind(409, "Retry not allowed"),
     "side_effect_unknown": ErrorKind(409, "Side effect unknown"),
     "approval_required": ErrorKind(409, "Approval required"),
+    # A compensation would overwrite a change made after the effect (unless forced).
+    "target_changed": ErrorKind(409, "Target changed since the effect"),
     # A fenced worker write from a token other than the one that claimed the attempt.
     "not_your_lease": ErrorKind(409, "Not your lease"),
     "idempotency_in_progress": ErrorKind(409, "Idempotent request in progress"),

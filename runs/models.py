@@ -157,6 +157,14 @@ class Run(models.Model):
     def __str__(self) -> str:
         return self.id
 
+    @property
+    def label(self) -> str:
+        """How people call the run (``runs.agents.run_label``): not stored, so an agent's
+        new template names its old runs too."""
+        from runs.agents import run_label
+
+        return run_label(self.agent, self.input, self.id)
+
 
 class Checkpoint(models.Model):
     """An immutable snapshot of agent state at a step boundary, naming the next step."""

@@ -2,7 +2,15 @@
 
 ``accepted_schema`` is JSON Schema. The compact form ``{"versions": "string[]"}``
 (field name -> type word, ``[]`` for arrays, a trailing ``?`` for optional) is
-accepted too and stored compiled, so everything downstream sees one format.
+accepted too and stored compiled, so everything downstream sees one format. A
+required compact list (``string[]``) compiles with ``minItems: 1``.
+
+**Required means not empty.** ``schema_problems`` is the one validator of answers
+and inputs: the API, the dashboard's forms and ``answerrun`` all use it. Besides
+JSON Schema itself, it refuses an empty string (only whitespace) or an empty list
+for a property its object lists in ``required``, unless the property's own schema
+allows it explicitly (``minLength: 0`` / ``minItems: 0``). ``format`` (email, date,
+uri…) is checked too.
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ import functools
 import json
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -155,6 +164,9 @@ def _compile_compact_field(name: str, word: str) -> tuple[dict[str, Any], bool]:
     field: dict[str, Any] = {"type": base}
     if is_array:
         field = {"type": "array", "items": {"type": base}}
+        if not optional:
+            # Required means at least one item: an empty list is no answer (docs/agents.md).
+            field["minItems"] = 1
     return field, not optional
 
 
@@ -190,17 +202,107 @@ def compile_schema(schema: Any) -> dict[str, Any]:
     return compiled
 
 
+@dataclass(frozen=True)
+class SchemaProblem:
+    """One way a value breaks its schema: where (a JSON pointer, "" for the root), which
+    rule (a JSON Schema keyword, or ``required`` for a missing or empty required value),
+    the rule's bound, the schema of the value, and jsonschema's own English message."""
+
+    pointer: str
+    kind: str
+    bound: Any
+    schema: dict[str, Any]
+    message: str
+
+
+def _escape(part: Any) -> str:
+    return str(part).replace("~", "~0").replace("/", "~1")
+
+
+def _is_empty(value: Any, schema: Any) -> bool:
+    schema = schema if isinstance(schema, dict) else {}
+    if isinstance(value, str) and not value.strip():
+        return schema.get("minLength") != 0
+    if isinstance(value, list) and not value:
+        return schema.get("minItems") != 0
+    return False
+
+
+def _empty_required(schema: Any, value: Any, pointer: str) -> list[SchemaProblem]:
+    """Required properties given as "" or [] (anywhere in ``value``, where the schema says)."""
+    if not isinstance(schema, dict):
+        return []
+    found: list[SchemaProblem] = []
+    properties = schema.get("properties")
+    if isinstance(value, dict) and isinstance(properties, dict):
+        listed = schema.get("required")
+        required: list[Any] = listed if isinstance(listed, list) else []
+        for key, sub in properties.items():
+            if key not in value:
+                continue
+            here = f"{pointer}/{_escape(key)}"
+            if key in required and _is_empty(value[key], sub):
+                found.append(
+                    SchemaProblem(
+                        here, "required", key, sub if isinstance(sub, dict) else {}, "empty"
+                    )
+                )
+            else:
+                found += _empty_required(sub, value[key], here)
+    items = schema.get("items")
+    if isinstance(value, list) and isinstance(items, dict):
+        for index, item in enumerate(value):
+            found += _empty_required(items, item, f"{pointer}/{index}")
+    return found
+
+
+def _problem(error: ValidationError) -> SchemaProblem:
+    pointer = "".join(f"/{_escape(part)}" for part in error.absolute_path)
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    if error.validator == "required" and isinstance(error.instance, dict):
+        # "'name' is a required property": the problem belongs to the missing field.
+        missing = [
+            key
+            for key in (error.validator_value or [])
+            if isinstance(key, str) and key not in error.instance
+        ]
+        if missing:
+            pointer = f"{pointer}/{_escape(missing[0])}"
+            found = schema.get("properties", {}).get(missing[0])
+            schema = found if isinstance(found, dict) else {}
+    return SchemaProblem(
+        pointer, str(error.validator), error.validator_value, schema, str(error.message)
+    )
+
+
+def schema_problems(schema: dict[str, Any], value: Any) -> list[SchemaProblem]:
+    """Every way ``value`` breaks ``schema``, sorted by pointer: the one validator."""
+    # Whole-string patterns (SchemaValidator) and formats (e-mail, date, …) enforced.
+    validator = SchemaValidator(schema, format_checker=SchemaValidator.FORMAT_CHECKER)
+    empty = {p.pointer: p for p in _empty_required(schema, value, "")}
+    problems = [
+        p
+        for p in (_problem(error) for error in validator.iter_errors(value))
+        # An empty required value is said once, as "required", not as "at least 1 item".
+        if not (p.pointer in empty and p.kind in ("minItems", "minLength"))
+    ]
+    seen = {p.pointer for p in problems}
+    problems += [p for pointer, p in empty.items() if pointer not in seen]
+    return sorted(problems, key=lambda p: p.pointer)
+
+
+def _api_message(problem: SchemaProblem) -> str:
+    if problem.kind == "required" and problem.message == "empty":
+        return "This field is required and may not be empty."
+    return problem.message
+
+
 def validation_errors(schema: dict[str, Any], value: Any) -> list[dict[str, str]]:
     """Every way ``value`` breaks ``schema``, as ``{pointer, message}``, sorted by pointer."""
-    validator = schema_validator(schema)
-    errors = []
-    for error in validator.iter_errors(value):
-        pointer = "".join(f"/{part}" for part in error.absolute_path)
-        if error.validator == "required" and isinstance(error.instance, dict):
-            missing = error.message.split("'")[1] if "'" in error.message else ""
-            pointer = f"{pointer}/{missing}" if missing else pointer
-        errors.append({"pointer": pointer or "/", "message": error.message})
-    return sorted(errors, key=lambda e: e["pointer"])
+    return [
+        {"pointer": p.pointer or "/", "message": _api_message(p)}
+        for p in schema_problems(schema, value)
+    ]
 
 
 def validate_value(schema: dict[str, Any], value: Any, *, what: str = "value") -> None:

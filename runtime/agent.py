@@ -35,7 +35,10 @@ class Agent:
         retry: RetryPolicy | None = None,
         description: str = "",
         tools: tuple[str, ...] | list[str] = (),
+        label: str = "",
     ) -> None:
+        """``label``: how a run of this agent is named where people read, a template over
+        its input (``"Migrate {service}"``); default the agent's name and a short run id."""
         if not name or len(name) > 100:
             raise ValueError("An agent name must be 1 to 100 characters.")
         self.name = name
@@ -43,6 +46,7 @@ class Agent:
         self.retry = retry or RetryPolicy()
         self.description = description
         self.tools = tuple(tools)
+        self.label = label
         self.steps: dict[str, StepFunction] = {}
         self.start: str | None = None
         registry.register(self)
@@ -56,6 +60,7 @@ class Agent:
             tools=self.tools,
             description=self.description,
             source="python",
+            label=self.label,
         )
 
     @overload

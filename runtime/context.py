@@ -84,6 +84,32 @@ def fingerprint(value: Any) -> str:
     return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:16]
 
 
+_PAIRS = (("from", "to"), ("before", "after"), ("old", "new"))
+
+
+def _pair(value: Any) -> tuple[Any, Any] | None:
+    if isinstance(value, dict):
+        for old, new in _PAIRS:
+            if set(value) == {old, new}:
+                return value[old], value[new]
+    return None
+
+
+def change_is_empty(detail: Any) -> bool:
+    """Whether an approval's planned change changes nothing: it states its change as
+    from/to (before/after, old/new) pairs, at the top or field by field, and every pair's
+    two sides are equal. Anything else (no pairs, free text) is taken to change something."""
+    if not isinstance(detail, dict):
+        return False
+    top = _pair(detail)
+    if top is not None:
+        return canonical_json(top[0]) == canonical_json(top[1])
+    if "before" in detail and "after" in detail:
+        return canonical_json(detail["before"]) == canonical_json(detail["after"])
+    pairs = [p for p in (_pair(v) for v in detail.values()) if p is not None]
+    return bool(pairs) and all(canonical_json(a) == canonical_json(b) for a, b in pairs)
+
+
 def _tool_reversibility(name: str) -> str:
     from ledger.tools import get_tool
 
@@ -248,6 +274,17 @@ class Context:
             )
         if step_id in self._lease.approvals:
             return Approval(approved=True, comment="Approved when the run was started.")
+        if change_is_empty(change):
+            # Never ask a person to approve nothing (issue 15): the step goes on, and the
+            # timeline says why nobody was asked.
+            self.log(
+                f"Did not ask for approval of {action} on {target}: "
+                "the planned change is empty (nothing would change).",
+                event="approval_skipped",
+                action=action,
+                target=target,
+            )
+            return Approval(approved=True, comment="", unchanged=True)
         if tool and not reversibility:
             reversibility = _tool_reversibility(tool)
         self._hold(

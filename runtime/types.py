@@ -32,6 +32,9 @@ class Approval:
     comment: str = ""
     answered_by: str | None = None
     request_id: str = ""
+    # Nobody was asked: the planned change was empty (every from equals its to). The step
+    # goes on; it usually has nothing to do (the timeline says why).
+    unchanged: bool = False
 
     @property
     def denied(self) -> bool:

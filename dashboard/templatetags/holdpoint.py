@@ -16,7 +16,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 
 from dashboard.actions import new_idempotency_key
-from dashboard.present import absolute, ago_text, clock, expires_text, isolate
+from dashboard.present import absolute, ago_text, clock, expires_text, isolate, span
 from runs.selectors import inbox_for_user
 
 register = template.Library()
@@ -73,9 +73,23 @@ def at(value: dt.datetime | None) -> SafeString:
 
 
 @register.simple_tag
-def countdown(value: dt.datetime) -> SafeString:
-    """A live "Expires in 2h 14m" (app.js ticks it) with the absolute time beside it."""
+def countdown(value: dt.datetime, short: bool = False) -> SafeString:
+    """A live "Expires in 2h 14m" (app.js ticks it) with the absolute time beside it;
+    ``short``: the time left alone ("2h 14m left"), the absolute time on hover."""
     now = timezone.now()
+    if short:
+        return format_html(
+            '<span class="countdown countdown-short{}" title="{}"><time datetime="{}" '
+            'data-countdown data-fmt-left="{}" data-fmt-gone="{}">{}</time></span>',
+            " is-expired" if value <= now else "",
+            clock(value, zone=True),
+            value.isoformat(),
+            _("{} left"),
+            _("Expired"),
+            _("%(span)s left") % {"span": span((value - now).total_seconds())}
+            if value > now
+            else _("Expired"),
+        )
     return format_html(
         '<span class="countdown{}"><time datetime="{}" data-countdown '
         'data-fmt-left="{}" data-fmt-gone="{}">{}</time> '

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,73 @@ from runs.states import RequestKind, RequestStatus
 logger = logging.getLogger(__name__)
 
 
+# What the SDK writes when the agent gives no prompt or reason (runtime.context): shown
+# as translated sentences instead, never as stored English.
+_SDK_PROMPT = re.compile(r"^Approve .+ on .+\?( It cannot be undone\.)?$", re.S)
+_LEDGER_REASON = re.compile(
+    r"^(?P<tool>.+) on (?P<target>.+) cannot be undone; step '(?P<step>.+)' needs an approval "
+    r"first\.$",
+    re.S,
+)
+
+
+def reason_sentence(req: InputRequest) -> str:
+    """Why the approval is asked, as a sentence in the reader's language when the product
+    wrote it (the ledger's reason for an irreversible effect); the agent's own words as
+    they are."""
+    found = _LEDGER_REASON.match(req.reason or "")
+    if found:
+        return _("%(tool)s on %(target)s cannot be undone, so a person decides before it runs.") % {
+            "tool": found["tool"],
+            "target": found["target"],
+        }
+    return req.reason
+
+
+@dataclass
+class EarlierDecision:
+    """An earlier approval request of the same run on the same tool and target: who
+    decided what and when, with their comment and the change they were shown."""
+
+    req: InputRequest
+    decision: str
+    who: str
+    when: Any
+    comment: str
+    action: ActionView
+
+
+def earlier_decisions(req: InputRequest) -> list[EarlierDecision]:
+    action = req.action if isinstance(req.action, dict) else {}
+    tool, target = action.get("tool"), action.get("target")
+    if req.kind != RequestKind.AUTH_REQUIRED or not tool or not target:
+        return []
+    found = (
+        InputRequest.objects.select_related("answered_by")
+        .filter(
+            run_id=req.run_id,
+            kind=RequestKind.AUTH_REQUIRED,
+            status=RequestStatus.ANSWERED,
+            action__tool=tool,
+            action__target=target,
+            created_at__lte=req.created_at,
+        )
+        .exclude(pk=req.pk)
+        .order_by("answered_at", "id")[:10]
+    )
+    return [
+        EarlierDecision(
+            req=earlier,
+            decision=decision_of(earlier),
+            who=who(earlier),
+            when=earlier.answered_at,
+            comment=answer_summary(earlier),
+            action=describe_action(earlier.action),
+        )
+        for earlier in found
+    ]
+
+
 @dataclass
 class RequestCard:
     req: InputRequest
@@ -57,6 +125,30 @@ class RequestCard:
     broken: str = ""
     raw_json: str = ""
     context: list[ContextItem] = field(default_factory=list)
+    # Earlier decisions of this run on the same tool and target (issue 15, point 3).
+    earlier: list[EarlierDecision] = field(default_factory=list)
+
+    expanded: bool = False
+
+    @property
+    def deciders(self) -> str:
+        """Who may decide, in a word or two, for the inbox row."""
+        if self.is_approval:
+            return _("Approvers")
+        return _("Operators, approvers")
+
+    @property
+    def reason_text(self) -> str:
+        return reason_sentence(self.req)
+
+    @property
+    def prompt_text(self) -> str:
+        """The agent's prompt, unless it is the SDK's default wording (the title says it)."""
+        return "" if _SDK_PROMPT.match(self.req.prompt or "") else self.req.prompt
+
+    @property
+    def asked_again_after_denial(self) -> bool:
+        return any(e.decision == "deny" for e in self.earlier)
 
     @property
     def run(self) -> Any:
@@ -152,6 +244,7 @@ def build_card(
         if req.kind == RequestKind.AUTH_REQUIRED:
             card.action = describe_action(req.action)
             card.approval = ApprovalForm(data) if data is not None else ApprovalForm()
+            card.earlier = earlier_decisions(req)
         else:
             card.form = SchemaForm(req.accepted_schema, data, prefix=req.id)
     except Exception as exc:

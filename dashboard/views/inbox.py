@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
@@ -135,6 +136,48 @@ def _last_listed(tab: str, requests: list[InputRequest]) -> InputRequest | None:
     return listed[-1] if len(listed) >= PAGE else None
 
 
+@dataclass
+class InboxGroup:
+    """Pending questions of one agent that read the same (kind and title): one line."""
+
+    key: tuple[str, ...]
+    cards: list[RequestCard]
+
+    @property
+    def title(self) -> str:
+        return self.cards[0].title
+
+    @property
+    def agent(self) -> str:
+        return str(self.cards[0].run.agent)
+
+    @property
+    def soonest(self) -> dt.datetime:
+        return min(c.req.expires_at for c in self.cards)
+
+    @property
+    def expanded(self) -> bool:
+        return any(c.expanded for c in self.cards)
+
+
+def group_cards(cards: list[RequestCard]) -> list[InboxGroup]:
+    """Identical pending questions of one agent together, at the place of the most urgent
+    (the list is in urgency order already); everything else stays a row of its own."""
+    groups: list[InboxGroup] = []
+    by_key: dict[tuple[str, ...], InboxGroup] = {}
+    for card in cards:
+        if card.is_open and not card.broken:
+            key: tuple[str, ...] = (str(card.run.agent), str(card.req.kind), card.title)
+        else:
+            key = ("one", card.req.id)
+        if key in by_key:
+            by_key[key].cards.append(card)
+        else:
+            by_key[key] = InboxGroup(key=key, cards=[card])
+            groups.append(by_key[key])
+    return groups
+
+
 def inbox_context(
     user: Any,
     tab: str,
@@ -158,6 +201,13 @@ def inbox_context(
             cards.append(build_card(req, user=user, origin="inbox"))
     if replace is not None and all(c.req.id != replace.req.id for c in cards):
         cards.insert(0, replace)
+    if replace is not None:
+        replace.expanded = True
+    elif cursor is None and tab in ("needs", "all"):
+        # The most urgent question the person can answer opens at once (UX 24).
+        first = next((c for c in cards if c.is_open and c.can_answer), None)
+        if first is not None:
+            first.expanded = True
     token = inbox_token((card.req.id, card.version) for card in cards)
     next_url = ""
     last = _last_listed(tab, requests)
@@ -168,6 +218,7 @@ def inbox_context(
         "tab": tab,
         "tabs": TABS,
         "cards": cards,
+        "groups": group_cards(cards),
         "live_token": token,
         "next_url": next_url,
         "first_url": "?" + urlencode({"tab": tab}) if cursor is not None else "",
@@ -324,11 +375,13 @@ def _reply(
         message_level=level,
         with_next=True,
     )
+    card.expanded = True
     return render(request, "dashboard/inbox.html#answer-reply", {"card": card}, status=status)
 
 
 def _invalid_reply(request: HtmxHttpRequest, card: RequestCard) -> HttpResponse:
     """Invalid input: the same card, values kept, errors next to their fields (422)."""
+    card.expanded = True
     if request.htmx:
         if card.origin == "run":
             return render_run_main(request, card.req.run_id, pending_card=card, status=422)

@@ -40,6 +40,7 @@ from dashboard.present import (
     run_status_text,
     span,
     status_tone,
+    value_rows,
 )
 from dashboard.views.cards import RequestCard, build_card
 from runs import services
@@ -221,7 +222,9 @@ def run_shared_context(run: Run, *, timeline: str = "") -> dict[str, Any]:
         "timeline_filters": [(k, v[0]) for k, v in TIMELINE_FILTERS.items()],
         "checkpoints": _checkpoint_rows(run),
         "input_text": as_text(run.input),
+        "input_rows": value_rows(run.input),
         "result_text": as_text(run.result) if run.result is not None else "",
+        "result_rows": value_rows(run.result),
         "created": clock(run.created_at),
         "finished": clock(run.finished_at),
         "not_before": clock(run.not_before),
@@ -249,6 +252,7 @@ def run_context(
     retry_form: RetryForm | None = None,
     message: str = "",
     level: str = "info",
+    message_while: tuple[str, ...] = (),
     timeline: str = "",
     shared: dict[str, Any] | None = None,
     retry_blockers: list[str] | None = None,
@@ -281,10 +285,15 @@ def run_context(
     can_cancel = user.has_perm(CANCEL)
     can_retry = user.has_perm(RETRY)
     context = dict(shared) if shared is not None else run_shared_context(run, timeline=timeline)
+    if message_while and run.status not in message_while:
+        # The message is about a state the run has left already ("Retry queued" beside a
+        # red Failed): say nothing rather than something that is no longer true.
+        message = ""
     context.update(
         {
             "message": message,
             "message_level": level,
+            "message_while": " ".join(message_while),
             "pending_card": pending_card,
             "last_card": (
                 build_card(last_request, user=user, origin="run") if last_request else None
@@ -373,6 +382,7 @@ def _run_reply(
 ) -> HttpResponse:
     level = "success" if outcome.ok else "error"
     if not request.htmx:
+        kwargs.pop("message_while", None)
         messages.add_message(request, messages.SUCCESS if outcome.ok else messages.ERROR, message)
         return redirect_after_post(safe_next(request, reverse("run-detail", args=[run.id])))
     return render_run_main(
@@ -415,8 +425,11 @@ def run_cancel(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         request, key=key, body={"run_id": run.id, "reason": reason}, call=cancel
     )
     run.refresh_from_db()
+    while_: tuple[str, ...] = ()
     if outcome.ok and outcome.extra.get("run_status") == RunStatus.CANCEL_REQUESTED:
         message = _("Cancel accepted. The running step stops at its next safe point.")
+        # Gone once the run shows Cancelled (app.js, on the pushed status).
+        while_ = (RunStatus.CANCEL_REQUESTED, RunStatus.RUNNING)
     elif outcome.ok:
         message = _("Run cancelled.")
     elif outcome.code.startswith("idempotency_"):
@@ -429,7 +442,7 @@ def run_cancel(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
             message = _("Nothing to cancel: the run is %(status)s.") % {
                 "status": run_status_text(run).lower()
             }
-    return _run_reply(request, run, outcome=outcome, message=message)
+    return _run_reply(request, run, outcome=outcome, message=message, message_while=while_)
 
 
 @dashboard_view(require_view=False)
@@ -459,7 +472,16 @@ def run_retry(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     body = {"run_id": run.id, "reason": reason, "from_checkpoint": from_checkpoint}
     outcome, _replayed = perform_once(request, key=key, body=body, call=retry)
     run.refresh_from_db()
+    while_: tuple[str, ...] = ()
     if outcome.ok:
+        # True while the new attempt is on its way; gone when the run fails or ends again.
+        while_ = (
+            RunStatus.QUEUED,
+            RunStatus.RUNNING,
+            RunStatus.WAITING,
+            RunStatus.INPUT_REQUIRED,
+            RunStatus.AUTH_REQUIRED,
+        )
         if outcome.extra.get("checkpoint"):
             message = _("Retry queued: attempt %(n)s continues from checkpoint #%(cp)s.") % {
                 "n": outcome.extra.get("attempt"),
@@ -480,4 +502,4 @@ def run_retry(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         ) % {"status": run_status_text(run).lower()}
     else:
         message = outcome.detail
-    return _run_reply(request, run, outcome=outcome, message=message)
+    return _run_reply(request, run, outcome=outcome, message=message, message_while=while_)

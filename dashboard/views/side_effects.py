@@ -30,7 +30,7 @@ from dashboard.actions import (
     redirect_after_post,
     safe_next,
 )
-from dashboard.present import as_text
+from dashboard.present import as_text, before_after_diff, parse_time, value_rows
 from dashboard.views.runs import run_context
 from ledger import services
 from ledger.models import Reversibility, SideEffect, SideEffectStatus
@@ -41,6 +41,8 @@ from ledger.selectors import (
     side_effects_for_run,
     side_effects_for_user,
 )
+from runs.agents import run_label
+from runs.models import Run
 from runs.selectors import RETRY, run_get_for_user
 
 S = SideEffectStatus
@@ -77,6 +79,36 @@ class ReconcileForm(forms.Form):
     )
 
 
+class CompensateForm(forms.Form):
+    reason = forms.CharField(
+        max_length=2000,
+        strip=True,
+        error_messages={
+            "required": gettext_lazy("Say why you undo it; the reason is kept with the run.")
+        },
+    )
+    force = forms.BooleanField(required=False)
+
+
+def _plan(effect_row: dict[str, Any]) -> dict[str, Any] | None:
+    """The planned compensation in human terms: what the target is now, what it will be,
+    and whether something was written on top since (issue 15, point 4)."""
+    effect = SideEffect.objects.filter(pk=effect_row["operation_id"]).first()
+    preview = services.compensation_preview(effect) if effect is not None else None
+    if preview is None:
+        return None
+    name = str(preview.get("document") or effect_row["target"])
+    return {
+        **preview,
+        "diff": before_after_diff(preview.get("now"), preview.get("after"), name),
+    }
+
+
+def _run_label(run_id: str) -> str:
+    found = Run.objects.filter(pk=run_id).values_list("agent", "input").first()
+    return run_label(found[0], found[1], run_id) if found else run_id
+
+
 def _row(effect_row: dict[str, Any], *, user: Any, origin: str, **extra: Any) -> dict[str, Any]:
     """A side effect as the templates show it, with fresh form keys for its actions."""
     row = dict(effect_row)
@@ -90,10 +122,13 @@ def _row(effect_row: dict[str, Any], *, user: Any, origin: str, **extra: Any) ->
             else row["reversibility"]
         ),
         compensating_text=as_text(row["compensating_action"]) if row["compensating_action"] else "",
+        compensating_rows=value_rows(row["compensating_action"]),
         error_text=as_text(row["error"]) if row["error"] else "",
         result_text=as_text(row["result"]) if row["result"] is not None else "",
         request_text=as_text(row["request"]) if row["request"] else "",
         can_act=user.has_perm(RETRY),
+        approval_at=parse_time((row.get("approval") or {}).get("at")),
+        run_label=_run_label(row["run_id"]),
         reconcile_key=new_idempotency_key(),
         compensate_key=new_idempotency_key(),
         origin=origin,
@@ -102,6 +137,8 @@ def _row(effect_row: dict[str, Any], *, user: Any, origin: str, **extra: Any) ->
         message_level="info",
     )
     row.update(extra)
+    if row["can_compensate"] and row["can_act"] and "plan" not in extra:
+        row["plan"] = _plan(effect_row)
     return row
 
 
@@ -185,7 +222,7 @@ def _reply(
     *,
     outcome: Outcome,
     message: str,
-    form: ReconcileForm | None = None,
+    form: ReconcileForm | CompensateForm | None = None,
 ) -> HttpResponse:
     """After a POST: a redirect without JavaScript, else the refreshed row or report."""
     level = "success" if outcome.ok else "error"
@@ -225,8 +262,12 @@ def _reply(
         message=message,
         message_level=level,
     )
+    needs = side_effects_for_user(user=request.user, status="needs_reconciliation").count()
     return render(
-        request, "dashboard/side_effects.html#effect-row", {"row": row}, status=outcome.status
+        request,
+        "dashboard/side_effects.html#effect-reply",
+        {"row": row, "needs_count": needs},
+        status=outcome.status,
     )
 
 
@@ -281,33 +322,60 @@ def side_effect_reconcile(request: HtmxHttpRequest, operation_id: str) -> HttpRe
 @dashboard_view(require_view=False)
 @require_POST
 def side_effect_compensate(request: HtmxHttpRequest, operation_id: str) -> HttpResponse:
-    """Undo (or offset) an effect that happened with its tool's compensating action."""
+    """Undo (or offset) an effect that happened with its tool's compensating action.
+
+    A reason is required; when the target changed after the effect, the person must tick
+    "restore anyway" (the service refuses ``target_changed`` otherwise)."""
     effect = side_effect_get_for_user(user=request.user, operation_id=operation_id, perm=RETRY)
     key = form_key(request)
     if key is None or request.POST.get("operation_id") != effect.operation_id:
         out_of_date = Outcome(ok=False, code="malformed_request", status=400)
         message = _("This form is out of date; here is the current state. Please try again.")
         return _reply(request, effect, outcome=out_of_date, message=message)
+    form = CompensateForm(request.POST)
+    if not form.is_valid():
+        invalid = Outcome(ok=False, code="invalid_input", status=422)
+        message = _("Check the highlighted fields. Nothing was undone.")
+        if not request.htmx:
+            return _invalid_page(request, effect, form, message)
+        return _reply(request, effect, outcome=invalid, message=message, form=form)
+    data = form.cleaned_data
 
     def compensate() -> dict[str, Any]:
-        done = services.side_effect_compensate(operation_id=effect.operation_id, user=request.user)
+        done = services.side_effect_compensate(
+            operation_id=effect.operation_id,
+            user=request.user,
+            reason=data["reason"],
+            force=data["force"],
+        )
         return {"status": done.status}
 
-    outcome, _replayed = perform_once(
-        request, key=key, body={"operation_id": effect.operation_id}, call=compensate
-    )
+    body = {"operation_id": effect.operation_id, "reason": data["reason"], "force": data["force"]}
+    outcome, _replayed = perform_once(request, key=key, body=body, call=compensate)
     if outcome.ok and outcome.extra.get("status") == S.COMPENSATED:
-        message = _("Compensated.")
+        message = _("Undone: the compensating action ran.")
     elif outcome.ok:
         message = _("The compensation failed; it may be tried again (same key, so never twice).")
         outcome = Outcome(ok=False, code="compensation_failed", status=200, extra=outcome.extra)
+    elif outcome.code == "target_changed":
+        message = _(
+            "The target changed after this effect: another version is on top. Tick "
+            "“Restore anyway” if you mean to undo the newer versions too."
+        )
+        form.add_error("force", message)
+        if not request.htmx:
+            return _invalid_page(request, effect, form, message)
+        return _reply(request, effect, outcome=outcome, message=message, form=form)
     else:
         message = outcome.detail
     return _reply(request, effect, outcome=outcome, message=message)
 
 
 def _invalid_page(
-    request: HtmxHttpRequest, effect: SideEffect, form: ReconcileForm, message: str
+    request: HtmxHttpRequest,
+    effect: SideEffect,
+    form: ReconcileForm | CompensateForm,
+    message: str,
 ) -> HttpResponse:
     if request.POST.get("origin") in ("report", "run"):
         context = _report_context(
@@ -322,15 +390,19 @@ def _invalid_page(
                 if row["operation_id"] == effect.operation_id:
                     row["form"] = form
         return render(request, "dashboard/report.html", context, status=422)
-    effects = list(side_effects_for_user(user=request.user, status="needs_reconciliation")[:PAGE])
+    tab = "needs" if isinstance(form, ReconcileForm) else "all"
+    status = "needs_reconciliation" if tab == "needs" else None
+    effects = list(side_effects_for_user(user=request.user, status=status)[:PAGE])
     rows = _rows(effects, user=request.user, origin="list")
     for row in rows:
         if row["operation_id"] == effect.operation_id:
             row.update(form=form, message=message, message_level="error")
     context = {
-        "tab": "needs",
+        "tab": tab,
         "tabs": TABS,
         "rows": rows,
-        "needs_count": len(effects),
+        "needs_count": side_effects_for_user(
+            user=request.user, status="needs_reconciliation"
+        ).count(),
     }
     return render(request, "dashboard/side_effects.html", context, status=422)

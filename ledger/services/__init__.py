@@ -32,7 +32,11 @@ from ledger.services.outcomes import (
     side_effect_perform,
     side_effect_record_outcome,
 )
-from ledger.services.people import side_effect_compensate, side_effect_reconcile
+from ledger.services.people import (
+    compensation_preview,
+    side_effect_compensate,
+    side_effect_reconcile,
+)
 from ledger.services.reconciler import side_effects_look_up_stale
 
 __all__ = [
@@ -43,6 +47,7 @@ __all__ = [
     "approval_for",
     "approved_action_hash",
     "compensation_key_for",
+    "compensation_preview",
     "decision_for",
     "idempotency_key_for",
     "needs_reconciliation_q",

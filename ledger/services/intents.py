@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 
 from ledger.models import Reversibility, SideEffect, SideEffectStatus
 from ledger.outbound import redact_request
@@ -216,6 +217,71 @@ def _validate(the_tool: Tool, method: str, value: Any, *, pointer: str | None) -
         raise HoldpointError(code, f"{what}: {exc.message}", **extra) from None
 
 
+def _step_of(step_id: str) -> str:
+    """The step a ledger or hold-point key belongs to: ``write`` of ``write.config_store``."""
+    return step_id.split(".", 1)[0]
+
+
+def approval_record(
+    run: Run, *, step_id: str, tool: str = "", target: str = ""
+) -> dict[str, Any] | None:
+    """Who approved this effect, for the audit trail (issue 15, point 5).
+
+    Any effect, not only an irreversible one, done under an approval records it: the
+    newest answered ``auth_required`` request of this run that is about it, when it said
+    approve. About it: asked in the same step (``write.approve`` before
+    ``write.config_store``), or naming the same tool and target in its action (an
+    ``approve`` step before a ``write`` step, as the demo agent does). Else a start-time
+    approval of that step. None when there is none, or when the newest decision was a
+    denial. Never refuses anything: ``approval_for`` does that.
+    """
+    step = _step_of(step_id)
+    for approved in run.approvals or []:
+        if isinstance(approved, str) and (approved == step_id or _step_of(approved) == step):
+            creator = run.created_by.get_username() if run.created_by_id else None  # type: ignore[union-attr]
+            return {
+                "source": "start",
+                "request_id": None,
+                "by": creator,
+                "comment": "Approved when the run was started.",
+                "at": run.created_at.isoformat(),
+            }
+    request = (
+        InputRequest.objects.select_related("answered_by")
+        .filter(
+            run=run,
+            kind=RequestKind.AUTH_REQUIRED,
+            status=RequestStatus.ANSWERED,
+        )
+        .filter(
+            Q(step_id__startswith=f"{step}.")
+            | (Q(action__tool=tool, action__target=target) if tool and target else Q(pk=None))
+        )
+        .order_by("-answered_at", "-created_at")
+        .first()
+    )
+    answer = request.answer if request is not None and isinstance(request.answer, dict) else {}
+    if request is None or answer.get("decision") != "approve":
+        return None
+    return {
+        "source": "request",
+        "request_id": request.id,
+        "by": request.answered_by.get_username() if request.answered_by is not None else None,
+        "comment": str(answer.get("comment") or ""),
+        "at": request.answered_at.isoformat() if request.answered_at else None,
+    }
+
+
+def _approval(
+    run: Run, *, step_id: str, tool: str, target: str, request: Any, reversibility: str
+) -> Any:
+    """An irreversible effect needs its approval of exactly this action (or raises); any
+    other records one if given."""
+    if reversibility == Reversibility.IRREVERSIBLE:
+        return approval_for(run, step_id=step_id, tool=tool, target=target, request=request)
+    return approval_record(run, step_id=step_id, tool=tool, target=target)
+
+
 def _current_record(
     run: Run, *, step_id: str, tool: str, supplied_key: str | None
 ) -> tuple[SideEffect | None, int, str]:
@@ -306,10 +372,13 @@ def side_effect_begin(
     )
 
     if effect is None:
-        approval = (
-            approval_for(run, step_id=step_id, tool=tool, target=target, request=request)
-            if effective == Reversibility.IRREVERSIBLE
-            else None
+        approval = _approval(
+            run,
+            step_id=step_id,
+            tool=tool,
+            target=target,
+            request=request,
+            reversibility=effective,
         )
         effect = SideEffect(
             run=run,
@@ -394,10 +463,8 @@ def side_effect_begin(
     # FAILED: it did not happen, so it may be done now. The same key is sent again: if the
     # "failure" was wrong after all, the external system recognises the key.
     assert effect.status == SideEffectStatus.FAILED, effect.status
-    approval = (
-        approval_for(run, step_id=step_id, tool=tool, target=target, request=request)
-        if effective == Reversibility.IRREVERSIBLE
-        else None
+    approval = _approval(
+        run, step_id=step_id, tool=tool, target=target, request=request, reversibility=effective
     )
     previous = {"error": effect.error, "resolution": effect.resolution or None}
     _rearm(

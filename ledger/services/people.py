@@ -91,8 +91,45 @@ def side_effect_reconcile(
     return effect
 
 
+def compensation_preview(effect: SideEffect) -> dict[str, Any] | None:
+    """What undoing ``effect`` would change, read from the tool now, or None when the tool
+    cannot say (it has no ``compensation_preview``). See ``ConfigStoreTool``."""
+    try:
+        tool = get_tool(effect.tool)
+    except HoldpointError:
+        return None
+    preview = getattr(tool, "compensation_preview", None)
+    if not callable(preview):
+        return None
+    try:
+        found = preview(effect)
+    except (ActionFailed, OutcomeUnknown, OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def _check_target_unchanged(effect: SideEffect) -> None:
+    """Refuse ``target_changed`` when something was written on the target after the effect."""
+    preview = compensation_preview(effect)
+    if preview is None or not preview.get("changed_after"):
+        return
+    raise HoldpointError(
+        "target_changed",
+        f"{effect.target} changed after this effect (now version "
+        f"{preview.get('current_version')}; this effect wrote version "
+        f"{preview.get('written_version')}). Restoring would also undo the newer versions; "
+        "send force: true to restore anyway.",
+        operation_id=effect.operation_id,
+        current_version=preview.get("current_version"),
+        written_version=preview.get("written_version"),
+        versions_after=preview.get("versions_after"),
+    )
+
+
 @transaction.atomic(durable=True)
-def _compensation_start(*, operation_id: str, user: UserLike, actor: str) -> SideEffect:
+def _compensation_start(
+    *, operation_id: str, user: UserLike, actor: str, reason: str = "", force: bool = False
+) -> SideEffect:
     """Write the intent to compensate and commit it, before the tool is called."""
     run, effect = lock_effect(operation_id)
     if effect.reversibility == Reversibility.IRREVERSIBLE:
@@ -130,7 +167,11 @@ def _compensation_start(*, operation_id: str, user: UserLike, actor: str) -> Sid
             f"{effect.compensation_actor} is still in progress.",
             operation_id=effect.operation_id,
         )
+    if not force:
+        # Under the run lock, like every check before a write; the tool is read, not changed.
+        _check_target_unchanged(effect)
     effect.compensation_idempotency_key = compensation_key_for(effect)
+    effect.compensation_reason = reason
     effect.compensation_started_at = now
     effect.compensation_ended_at = None
     effect.compensation_actor = actor[:200]
@@ -143,6 +184,8 @@ def _compensation_start(*, operation_id: str, user: UserLike, actor: str) -> Sid
         effect,
         compensation_idempotency_key=effect.compensation_idempotency_key,
         compensating_action=effect.compensating_action,
+        reason=reason or None,
+        forced=force or None,
     )
     return effect
 
@@ -180,16 +223,28 @@ def _compensation_finish(
 
 
 def side_effect_compensate(
-    *, operation_id: str, user: UserLike = None, actor: str | None = None
+    *,
+    operation_id: str,
+    user: UserLike = None,
+    actor: str | None = None,
+    reason: str = "",
+    force: bool = False,
 ) -> SideEffect:
     """Undo (or offset) a confirmed effect with the tool's compensating action.
+
+    ``reason`` is kept with the effect and its event. When the target changed after the
+    effect (the tool's ``compensation_preview`` says another version is on top), this
+    refuses ``target_changed`` unless ``force`` (a person said "restore anyway").
 
     Write the intent and commit; run the tool outside any transaction under the
     effect's own compensation key; record ``compensated`` or ``compensation_failed``
     (STYLE rule 8). A failed compensation may be run again with the same key.
     """
     actor = actor or actor_for(user)
-    effect = _compensation_start(operation_id=operation_id, user=user, actor=actor)
+    reason = check_text(reason, "reason", 2000, required=False) or ""
+    effect = _compensation_start(
+        operation_id=operation_id, user=user, actor=actor, reason=reason, force=force
+    )
     tool = get_tool(effect.tool)
     try:
         done = tool.compensate(effect)  # type: ignore[attr-defined]

@@ -247,6 +247,40 @@ class ConfigStoreTool:
             status="confirmed", external_reference=result.external_reference, result=result.result
         )
 
+    def compensation_preview(self, side_effect: Any) -> dict[str, Any] | None:
+        """What compensating ``side_effect`` would do, read now: the document as it is, as it
+        will be after the restore, and the versions written on top of this effect since
+        (``changed_after``: restoring would throw those away too)."""
+        result = side_effect.result or {}
+        document = result.get("document") or (side_effect.request or {}).get("document")
+        written = result.get("version")
+        if not isinstance(document, str) or not _is_valid(document) or not written:
+            return None
+        store = self.store()
+        previous = result.get("previous_version")
+        now = store.read(document)
+        restore = store.read(document, previous) if previous else None
+        own_key = getattr(side_effect, "compensation_idempotency_key", "") or ""
+        on_top = []
+        for number in store.versions(document):
+            if number <= written:
+                continue
+            version = store.read(document, number)
+            # A compensation tried before (same key) is not "another version on top".
+            if version is not None and not (own_key and version.idempotency_key == own_key):
+                on_top.append(number)
+        return {
+            "document": document,
+            "written_version": written,
+            "current_version": now.version if now is not None else None,
+            "restore_version": previous,
+            "versions_after": on_top,
+            "changed_after": bool(on_top),
+            "now": None if now is None or now.deleted else now.content,
+            "after": None if restore is None or restore.deleted else restore.content,
+            "deletes": previous is None,
+        }
+
     def compensate(self, side_effect: Any) -> ToolResult:
         result = side_effect.result or {}
         document = result.get("document") or (side_effect.request or {}).get("document")

@@ -30,13 +30,20 @@ DOCUMENT = "staging/auth/config"
 
 agent = Agent(
     name="auth-token-migration",
+    label="Migrate tokens for {notify}",
     description="Narrows the token versions the staging auth service accepts: asks which "
     "to keep, asks approval for the config change, writes it, e-mails the owners.",
     input_schema={
         "type": "object",
         "properties": {
             "document": {"type": "string", "minLength": 1, "maxLength": 200},
-            "notify": {"type": "string", "pattern": "^[^@\\s]+@[^@\\s]+$"},
+            "notify": {
+                "type": "string",
+                "pattern": "^[^@\\s]+@[^@\\s]+$",
+                "format": "email",
+                "title": "Notify",
+                "description": "Who is told when the config changes (an e-mail address)",
+            },
         },
         "required": ["notify"],
         "additionalProperties": False,
@@ -128,7 +135,7 @@ def approve(ctx: Context, state: dict[str, Any]) -> Next | Done:
         document,
         {
             "accepted_versions": {
-                "from": config["content"]["accepted_versions"],
+                "from": sorted(config["content"]["accepted_versions"]),
                 "to": state["keep"],
             },
             "base_version": config["version"],
@@ -137,6 +144,9 @@ def approve(ctx: Context, state: dict[str, Any]) -> Next | Done:
         tool="config_store",
         key=f"approve-v{config['version']}",
     )
+    if approval.unchanged:
+        # The config already accepts exactly these versions: nothing to write or announce.
+        return ctx.done({"changed": False, "accepted_versions": state["keep"]})
     if approval.denied:
         ctx.log(f"update_auth_config denied by {approval.answered_by}: {approval.comment}")
         return ctx.done({"changed": False, "denied_by": approval.answered_by})

@@ -26,6 +26,7 @@ from runtime.sdk import Agent, Context, Done, Next, RetryPolicy
 
 agent = Agent(
     name="flaky-deploy",
+    label="Deploy {service}",
     description="Deploys a service and fails on purpose: transient errors with backoff, "
     "a deterministic rejection, or the same error until the repeated-error stop.",
     input_schema={

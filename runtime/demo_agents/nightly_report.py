@@ -14,6 +14,7 @@ from runtime.sdk import Agent, Context, Done, Next, RetryPolicy
 
 agent = Agent(
     name="nightly-report",
+    label="Nightly report {day}",
     description="Builds a usage report; the upstream API rate-limits the first attempt, "
     "so the run backs off for five minutes before it tries again.",
     input_schema={

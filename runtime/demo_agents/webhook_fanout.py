@@ -25,6 +25,7 @@ from runtime.sdk import Agent, Context, Done, Next, RetryPolicy
 
 agent = Agent(
     name="webhook-fanout",
+    label="Announce {event}",
     description="Notifies several webhook subscribers; one is slow and times out, so the "
     "ledger records an unknown outcome that must be reconciled before a retry.",
     input_schema={

@@ -79,6 +79,20 @@
   }
 
   // --- Repeatable list inputs -----------------------------------------------------------------
+  // The server renders a list twice: disabled inputs (one per value) and a textarea (one value
+  // per line) for pages without JavaScript. Here the inputs take over and the textarea leaves,
+  // so the form sends each value once.
+  function listInputs(root) {
+    if (!root || !root.querySelectorAll) return;
+    root.querySelectorAll("[data-list]").forEach(function (list) {
+      list.querySelectorAll("[data-list-input]").forEach(function (input) {
+        input.disabled = false;
+      });
+      var text = list.querySelector("[data-list-text]");
+      if (text) text.disabled = true;
+    });
+  }
+  htmx.onLoad(listInputs);
   document.addEventListener("click", function (event) {
     var button = event.target.closest("[data-add-item]");
     if (!button) return;
@@ -105,6 +119,52 @@
     var submit = form.querySelector("[data-default-submit]");
     if (submit && !submit.disabled) form.requestSubmit(submit);
   });
+
+  // --- Required means not empty (UX 21): said next to the field before anything is sent. ------
+  // The server refuses the same answers (runs.schemas); this only saves the round trip.
+  function isBlank(el) {
+    return !el.disabled && String(el.value || "").trim() === "";
+  }
+  function emptyRequired(form) {
+    var empty = [];
+    form.querySelectorAll("[data-list][data-required]").forEach(function (list) {
+      var inputs = Array.prototype.slice.call(list.querySelectorAll("[data-list-input]:not([disabled]), [data-list-text]:not([disabled])"));
+      if (inputs.length && inputs.every(isBlank)) empty.push(list);
+    });
+    form.querySelectorAll("fieldset.field-choices[data-required]").forEach(function (set) {
+      if (!set.querySelector("input:checked")) empty.push(set);
+    });
+    form.querySelectorAll("input[required], textarea[required], select[required]").forEach(function (el) {
+      if (isBlank(el)) empty.push(el.closest(".field") || el);
+    });
+    return empty;
+  }
+  document.addEventListener(
+    "submit",
+    function (event) {
+      var form = event.target;
+      if (!form.matches || !form.matches("form.answer-form")) return;
+      if (event.submitter && event.submitter.name && event.submitter.name.indexOf("answer") === 0) return;
+      form.querySelectorAll("[data-client-error]").forEach(function (el) { el.remove(); });
+      var empty = emptyRequired(form);
+      if (!empty.length) return;
+      event.preventDefault();
+      event.stopImmediatePropagation();
+      empty.forEach(function (field) {
+        var note = document.createElement("p");
+        note.className = "field-error";
+        note.setAttribute("data-client-error", "");
+        note.textContent = form.dataset.requiredText || gettext("This field is required.");
+        field.appendChild(note);
+        field.querySelectorAll("input, textarea, select").forEach(function (el) {
+          if (!el.disabled && el.type !== "hidden") el.setAttribute("aria-invalid", "true");
+        });
+      });
+      var first = empty[0].querySelector("input:not([disabled]), textarea:not([disabled]), select");
+      if (first) first.focus();
+    },
+    true
+  );
 
   // --- Busy buttons: the clicked one shows progress while htmx disables them all. --------------
   document.addEventListener(
@@ -158,6 +218,72 @@
     if (!focus.hasAttribute("tabindex") && focus.tagName !== "A") focus.setAttribute("tabindex", "-1");
     focus.focus({ preventScroll: false });
   });
+
+  // --- Inbox rows (UX 24): ↑/↓ move between rows, Enter opens one in place (a summary does
+  // that by itself), Esc closes it; after an answer the next pending row opens with focus
+  // on its first field. A link to #request-… opens that row.
+  function rowLines() {
+    return Array.prototype.slice.call(document.querySelectorAll("#inbox-list summary.row-line")).filter(function (s) {
+      return s.offsetParent !== null;
+    });
+  }
+  function firstField(root) {
+    return root.querySelector(".row-body input:not([type=hidden]):not([disabled]), .row-body textarea:not([disabled]), .row-body select:not([disabled]), .row-body button:not([disabled])");
+  }
+  function openRow(row, focusField) {
+    if (!row) return;
+    var group = row.closest("details.inbox-group");
+    if (group) group.open = true;
+    var details = row.querySelector("details.row-details");
+    if (details) details.open = true;
+    var target = focusField ? firstField(row) : null;
+    (target || (details && details.querySelector("summary")) || row).focus({ preventScroll: false });
+  }
+  document.addEventListener("keydown", function (event) {
+    var summary = event.target.closest && event.target.closest("#inbox-list summary.row-line");
+    if (summary && (event.key === "ArrowDown" || event.key === "ArrowUp")) {
+      var lines = rowLines();
+      var at = lines.indexOf(summary);
+      var next = lines[at + (event.key === "ArrowDown" ? 1 : -1)];
+      if (next) {
+        event.preventDefault();
+        next.focus();
+      }
+      return;
+    }
+    if (event.key === "Escape") {
+      var open = event.target.closest && event.target.closest("#inbox-list details[open]");
+      if (!open) return;
+      event.preventDefault();
+      open.open = false;
+      var own = open.querySelector("summary");
+      if (own) own.focus();
+    }
+  });
+  document.addEventListener("htmx:afterSwap", function (event) {
+    var card = event.detail && event.detail.target;
+    if (!card || !card.id || card.id.indexOf("request-") !== 0) return;
+    var live = document.getElementById(card.id);
+    if (!live || !live.classList.contains("inbox-row") || live.hasAttribute("data-pending")) return;
+    // Answered: the next pending row of the list (after this one, else the first) opens.
+    var rows = Array.prototype.slice.call(document.querySelectorAll("#inbox-list .inbox-row[data-pending]"));
+    var after = rows.filter(function (row) {
+      return live.compareDocumentPosition(row) & Node.DOCUMENT_POSITION_FOLLOWING;
+    });
+    var next = after[0] || rows[0];
+    if (next) openRow(next, true);
+  });
+  function openFromHash() {
+    var id = window.location.hash.slice(1);
+    var row = id && id.indexOf("request-") === 0 && document.getElementById(id);
+    if (row && row.classList.contains("inbox-row")) openRow(row, false);
+  }
+  window.addEventListener("hashchange", openFromHash);
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", openFromHash);
+  } else {
+    openFromHash();
+  }
 
   // --- Live pushes (htmx's ws extension swaps each pushed part in by id, out of band). --------
   // A part whose data-version did not change keeps what the person is doing with it: what
@@ -237,9 +363,34 @@
     fragment.querySelectorAll("[data-version][id]").forEach(function (part) {
       var live = document.getElementById(part.id);
       if (live && (sameVersion(live, part) || busy(live))) part.setAttribute("hx-preserve", "true");
+      // An inbox row the person opened stays open when a push redraws it.
+      var opened = live && live.querySelector("details.row-details");
+      var incomingRow = part.querySelector && part.querySelector("details.row-details");
+      if (opened && incomingRow) {
+        if (opened.open) incomingRow.setAttribute("open", "");
+        else incomingRow.removeAttribute("open");
+      }
     });
   });
   document.addEventListener("htmx:oobAfterSwap", tick);
+  // Messages follow the state: a note that holds only while the run is in some states
+  // ("Cancel accepted…" while cancelling) leaves when the pushed status says otherwise.
+  function staleNotes() {
+    document.querySelectorAll("[data-while-status][data-run-status]").forEach(function (note) {
+      var status = document.getElementById(note.getAttribute("data-run-status"));
+      var now = status && status.getAttribute("data-status");
+      if (now && note.getAttribute("data-while-status").split(" ").indexOf(now) < 0) note.remove();
+    });
+  }
+  document.addEventListener("htmx:oobAfterSwap", staleNotes);
+  // A group holding an open row is open too (after a push redrew the list).
+  function openGroups() {
+    document.querySelectorAll("details.inbox-group").forEach(function (group) {
+      if (group.querySelector("details.row-details[open]")) group.open = true;
+    });
+  }
+  document.addEventListener("htmx:oobAfterSwap", openGroups);
+  document.addEventListener("htmx:afterSwap", staleNotes);
   // The server closes a socket with 4401 when the session has ended: show the login page.
   document.addEventListener("htmx:wsClose", function (event) {
     var closed = event.detail && event.detail.event;

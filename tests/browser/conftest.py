@@ -120,3 +120,18 @@ def login(page: Any, username: str) -> None:
 def shot(page: Any, name: str) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+def open_request(page: Any, request_id: str) -> Any:
+    """The inbox shows each request as a one-line row (issue 15): open the row (and its
+    group) of ``request_id`` so its form can be used; return the card. A card shown open
+    (the run page, an answered reply) is returned as it is."""
+    card = page.locator(f"#request-{request_id}")
+    card.wait_for(state="attached")
+    group = card.locator("xpath=ancestor::details[contains(@class, 'inbox-group')]")
+    if group.count() and group.get_attribute("open") is None:
+        group.locator("xpath=./summary").click()
+    row = card.locator("xpath=./details[contains(@class, 'row-details')]")
+    if row.count() and row.get_attribute("open") is None:
+        row.locator("xpath=./summary").click()
+    return card

@@ -63,7 +63,7 @@ def test_it_shows_the_inbox_in_chinese(chinese_page: Any, approver: User) -> Non
     expect(card.locator(".request-title")).to_have_text("请选择需要保持兼容的 Token 版本")
     expect(card.locator("button[data-default-submit]")).to_have_text("提交回答")
     # app.js rewrites the countdown every second with words from /jsi18n/.
-    countdown = card.locator("time[data-countdown]")
+    countdown = card.locator(".request-head time[data-countdown]")
     expect(countdown).to_have_text(re.compile(r"^\d+分\d{2}秒后过期$"))
     expect(page.locator(".chip-danger").first).to_have_text("无法撤销")
     expect(page.locator("button[value=approve]")).to_have_text("批准 send_email — 无法撤销")

@@ -40,8 +40,8 @@ def test_it_shows_more_by_keyboard_and_says_how_many_came(page: Any, operator: U
     login(page, "olivia")
     assert shown(page) == expected[:PAGE]
     expect(page.locator("#inbox-tab-count")).to_have_text("30")
-    # Tab order: the control comes right after the last card's submit button.
-    last = page.locator(f"#request-{expected[PAGE - 1]} button[type=submit]").last
+    # Tab order: the control comes right after the last row (its line; the row is closed).
+    last = page.locator(f"#request-{expected[PAGE - 1]} summary.row-line")
     last.focus()
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.textContent.trim()") == "Show more"

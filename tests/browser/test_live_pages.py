@@ -175,7 +175,7 @@ def test_an_expired_request_disables_every_open_form_without_a_reload(
         expect(page.locator(f"#request-{req.id} button[type=submit]:enabled")).to_have_count(1)
 
     # The countdown ticks in the page.
-    countdown = inbox.locator(f"#request-{req.id} time[data-countdown]")
+    countdown = inbox.locator(f"#request-{req.id} .request-head time[data-countdown]")
     before = countdown.inner_text()
     expect(countdown).not_to_have_text(before, timeout=2500)
 

@@ -73,9 +73,16 @@ def test_it_reads_short_lists_in_context_as_text_and_folds_long_values() -> None
     items = {
         i.key: i
         for i in context_items(
-            {"versions": ["v1", "v2"], "deep": {"a": list(range(9))}, "note": "x"}
+            {
+                "versions": ["v1", "v2"],
+                "flat": {"a": list(range(9)), "b": True},
+                "deep": {"a": [{"n": i} for i in range(9)]},
+                "note": "x",
+            }
         )
     }
     assert (items["versions"].text, items["versions"].structured) == ("v1, v2", False)
+    # A flat object reads as a table (issue 15: JSON values as readable tables).
+    assert items["flat"].rows == (("a", "0, 1, 2, 3, 4, 5, 6, 7, 8"), ("b", "yes"))
     assert items["deep"].structured and items["deep"].long
     assert not items["note"].structured and not items["note"].long

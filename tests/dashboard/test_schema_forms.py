@@ -171,7 +171,7 @@ def test_it_puts_each_error_next_to_its_field_and_keeps_the_values() -> None:
     assert fields["answer/title"].shown == "x" * 21
     assert fields["answer/count"].errors == ["Must be at most 5."]
     assert fields["answer/count"].shown == "9"
-    assert fields["answer/tags"].errors == ["Give at least 1 item."]
+    assert fields["answer/tags"].errors == ["This field is required."]
     assert fields["answer/owner/name"].errors == ["This field is required."]
     assert fields["answer/owner/email"].shown == "a@b"
     assert form.errors == []
@@ -232,8 +232,49 @@ def test_it_handles_the_compact_schema_form_once_compiled() -> None:
     assert form.is_valid()
     assert form.value == {"versions": ["v1", "v2"]}
     empty = SchemaForm(schema, post([]))
-    assert empty.is_valid()  # a required array may be empty unless minItems says otherwise
-    assert empty.value == {"versions": []}
+    assert not empty.is_valid()  # required means at least one item (runs.schemas)
+    assert by_name(empty)["answer/versions"].errors == ["This field is required."]
+
+
+def test_it_refuses_an_empty_required_value_of_a_full_schema_too() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "versions": {"type": "array", "items": {"type": "string"}},
+            "why": {"type": "string"},
+            "maybe": {"type": "array", "items": {"type": "string"}, "minItems": 0},
+        },
+        "required": ["versions", "why", "maybe"],
+    }
+    form = SchemaForm(schema, post([("answer/why", "  ")]))
+    assert not form.is_valid()
+    assert by_name(form)["answer/versions"].errors == ["This field is required."]
+    assert by_name(form)["answer/why"].errors == ["This field is required."]
+    assert by_name(form)["answer/maybe"].errors == []  # its own minItems: 0 allows it
+
+
+def test_it_takes_one_value_per_line_from_the_textarea_shown_without_javascript() -> None:
+    schema = compile_schema({"versions": "string[]"})
+    form = SchemaForm(schema, post([("answer/versions", "v2\r\n v3 \n\n")]))
+    assert form.is_valid() and form.value == {"versions": ["v2", "v3"]}
+
+
+def test_it_says_what_a_pattern_wants_in_words_never_the_expression() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "notify": {"type": "string", "pattern": "^[^@\\s]+@[^@\\s]+$", "format": "email"},
+            "ticket": {
+                "type": "string",
+                "pattern": "^[A-Z]+-[0-9]+$",
+                "description": "A ticket like OPS-12",
+            },
+        },
+    }
+    form = SchemaForm(schema, post([("answer/notify", "nobody"), ("answer/ticket", "x")]))
+    assert not form.is_valid()
+    assert by_name(form)["answer/notify"].errors == ["Must be an e-mail address."]
+    assert by_name(form)["answer/ticket"].errors == ["Must be: A ticket like OPS-12."]
 
 
 def test_it_asks_for_a_non_object_answer_as_one_field() -> None:

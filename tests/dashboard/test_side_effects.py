@@ -85,7 +85,7 @@ def test_it_lists_what_needs_reconciliation(
     assert "Unknown — needs reconciliation" in html
     assert "Mark happened" in html and "Mark not happened" in html
     assert effects["unknown"].idempotency_key in html
-    assert '<span class="tab-count">1</span>' in html
+    assert '<span id="effects-needs-count" class="tab-count">1</span>' in html
     everything = text(client.get("/side-effects/?tab=all"))
     for effect in effects.values():
         assert f'id="effect-{effect.operation_id}"' in everything
@@ -192,15 +192,21 @@ def test_it_compensates_what_can_be_undone_and_only_that(
     assert f"/side-effects/{happened}/compensate" in report
     assert f"/side-effects/{irreversible}/compensate" not in report
     data = {"idempotency_key": "c-1", "operation_id": happened, "origin": "report"}
+    refused = client.post(f"/side-effects/{happened}/compensate", data, **HTMX)
+    assert refused.status_code == 422 and "Say why you undo it" in text(refused)
+    assert SideEffect.objects.get(pk=happened).status == "confirmed"
+    data["reason"] = "the rotation broke logins"
     first = client.post(f"/side-effects/{happened}/compensate", data, **HTMX)
     again = client.post(f"/side-effects/{happened}/compensate", data, **HTMX)
     assert first.status_code == again.status_code == 200
-    assert "Compensated." in text(first) and "Compensated." in text(again)
+    assert "Undone: the compensating action ran." in text(first)
+    assert "Undone: the compensating action ran." in text(again)
+    assert "the rotation broke logins" in text(first)
     assert SideEffect.objects.get(pk=happened).status == "compensated"
     assert RunEvent.objects.filter(run=run, type="side_effect.compensated").count() == 1
     refused = client.post(
         f"/side-effects/{irreversible}/compensate",
-        {"idempotency_key": "c-2", "operation_id": irreversible},
+        {"idempotency_key": "c-2", "operation_id": irreversible, "reason": "r"},
         **HTMX,
     )
     assert refused.status_code == 409

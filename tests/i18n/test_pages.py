@@ -180,7 +180,7 @@ def test_it_says_every_status_word_in_chinese(client: Client, operator: User) ->
         assert f'data-status="{run.status}">{words}' in page, name
     waiting = Run.objects.get(pk=runs["waiting"].id)
     assert waiting.not_before is not None
-    clock = timezone.localtime(waiting.not_before).strftime("%H:%M")
+    clock = timezone.localtime(waiting.not_before).strftime("%H:%M %Z")
     assert f"退避中（{clock} 重试）" in listing
     # The status tabs with their counts are Chinese too.
     for tab in ("全部", "等待输入", "等待审批", "退避中", "取消中…", "已取消", "失败", "成功"):
@@ -193,8 +193,8 @@ def test_it_renders_the_run_page_in_chinese(client: Client, operator: User) -> N
     html = text(client.get(f"/runs/{run.id}/", **ZH))
     for words in (
         "智能体",
-        "租约纪元",
-        "取消纪元",
+        "技术细节",
+        "执行器交接次数",
         "取消运行…",
         "等待人工处理",
         "尝试",
@@ -210,8 +210,9 @@ def test_it_renders_the_run_page_in_chinese(client: Client, operator: User) -> N
     ):
         assert words in html, words
     assert SEED_PROMPT in html
-    for english in ("Cancel run…", "Timeline", "Checkpoints", "Lease epoch"):
+    for english in ("Cancel run…", "Timeline", "Checkpoints", "Lease epoch", "Technical details"):
         assert english not in html, english
+    assert "纪元" not in html  # no internal jargon in Chinese (issue 15)
 
 
 def test_it_explains_invalid_answers_in_chinese(client: Client, operator: User) -> None:
@@ -280,14 +281,14 @@ def test_it_renders_the_side_effect_pages_in_chinese(
         "未知 — 需要核实",
         "标记为已发生",
         "标记为未发生",
-        "幂等键",
+        "去重键",
         "外部编号",
         "（你核实了什么，如何核实）",
     ):
         assert words in html, words
     assert effects["unknown"].idempotency_key in html  # ours to show, not to translate
     report = text(client.get(f"/side-effects/runs/{run.id}/", **ZH))
-    for group in ("未知 — 需要核实", "无法撤销", "已发生", "已补偿", "未发生"):
+    for group in ("未知 — 需要核实", "无法撤销", "已发生", "已撤销", "未发生"):
         assert f"{group} <span" in report, group
     assert "1 个副作用需要核实" in report
     # The retry guard of the ledger explains itself in Chinese on the run page.

@@ -160,16 +160,17 @@ def test_an_operator_compensates_a_config_write(
 ) -> None:
     _, effect = confirmed_config()
     url = f"/api/side-effects/{effect.operation_id}/compensate"
-    assert post(client_for(outsider), url).status_code == 404
-    assert post(client_for(viewer), url).status_code == 403
+    why = {"reason": "rolled out by mistake"}
+    assert post(client_for(outsider), url, why).status_code == 404
+    assert post(client_for(viewer), url, why).status_code == 403
     assert client_for(operator).get(url).status_code == 405
-    response = post(client_for(operator), url)
+    response = post(client_for(operator), url, why)
     assert response.status_code == 200
     data = response.json()
     assert data["status"] == "compensated"
     assert data["compensation"]["external_reference"] == "app@v2"
     assert data["compensation"]["ended_at"].endswith("Z")
-    refused = post(client_for(operator), url, key="k-2")
+    refused = post(client_for(operator), url, why, key="k-2")
     assert refused.status_code == 409 and refused.json()["code"] == "invalid_state"
 
 
@@ -183,10 +184,47 @@ def test_an_irreversible_effect_is_refused_compensation(operator: User, mailbox:
         request={"to": "ops@example.com", "subject": "s"},
     )
     response = post(
-        client_for(operator), f"/api/side-effects/{done.side_effect.operation_id}/compensate"
+        client_for(operator),
+        f"/api/side-effects/{done.side_effect.operation_id}/compensate",
+        {"reason": "wrong list"},
     )
     assert response.status_code == 409
     assert response.json()["detail"] == "email on ops@example.com cannot be undone."
+
+
+def test_compensating_needs_a_reason(config_dir: Path, operator: User) -> None:
+    _, effect = confirmed_config()
+    url = f"/api/side-effects/{effect.operation_id}/compensate"
+    response = post(client_for(operator), url, {"reason": "  "})
+    assert response.status_code == 422 and response.json()["code"] == "invalid_input"
+    assert response.json()["errors"][0]["pointer"] == "/reason"
+    effect.refresh_from_db()
+    assert effect.status == "confirmed" and effect.compensation_idempotency_key == ""
+
+
+def test_compensating_refuses_target_changed_unless_forced(
+    config_dir: Path, operator: User
+) -> None:
+    from ledger.tools.config_store import ConfigStoreTool
+
+    _, effect = confirmed_config()
+    ConfigStoreTool().store().write(
+        CONFIG["document"], {"someone": "else"}, idempotency_key="other"
+    )
+    url = f"/api/side-effects/{effect.operation_id}/compensate"
+    refused = post(client_for(operator), url, {"reason": "undo the rotation"})
+    assert refused.status_code == 409
+    problem = refused.json()
+    assert problem["code"] == "target_changed"
+    assert problem["current_version"] == problem["written_version"] + 1
+    effect.refresh_from_db()
+    assert effect.status == "confirmed" and effect.compensation_idempotency_key == ""
+    forced = post(
+        client_for(operator), url, {"reason": "undo the rotation", "force": True}, key="k-2"
+    )
+    assert forced.status_code == 200 and forced.json()["status"] == "compensated"
+    effect.refresh_from_db()
+    assert effect.compensation_reason == "undo the rotation"
 
 
 # --- Worker routes ----------------------------------------------------------------------------

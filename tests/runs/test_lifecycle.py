@@ -108,7 +108,7 @@ def test_it_interrupts_with_a_compiled_compact_schema() -> None:
     assert request.checkpoint_id == cp.id
     assert request.accepted_schema == {
         "type": "object",
-        "properties": {"versions": {"type": "array", "items": {"type": "string"}}},
+        "properties": {"versions": {"type": "array", "items": {"type": "string"}, "minItems": 1}},
         "required": ["versions"],
         "additionalProperties": False,
     }
@@ -324,7 +324,7 @@ def test_a_due_backoff_is_queued_by_the_sweep() -> None:
 def test_events_are_gap_free_and_unique_per_run() -> None:
     run, _lease, cp, request = interrupted()
     services.run_resume(
-        run_id=run.id, request_id=request.id, checkpoint_id=cp.id, value={"versions": []}
+        run_id=run.id, request_id=request.id, checkpoint_id=cp.id, value={"versions": ["v2"]}
     )
     seqs = list(RunEvent.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, len(seqs) + 1))

@@ -317,3 +317,91 @@ def test_an_agent_except_exception_does_not_swallow_the_hold_point(make_agent) -
     run = services.run_start(agent=agent.name, input={})
     assert run_next(agent) == Outcome.INTERRUPTED
     assert fresh(run).status == "input_required"
+
+
+def test_an_approval_of_an_empty_change_is_not_asked_and_the_timeline_says_why(
+    make_agent,
+) -> None:
+    agent = make_agent()
+
+    @agent.step
+    def change(ctx, state):
+        approval = ctx.approve(
+            "update_auth_config",
+            "staging/auth/config",
+            {"accepted_versions": {"from": ["v2"], "to": ["v2"]}, "base_version": 3},
+            tool="config_store",
+        )
+        return ctx.done({"approved": approval.approved, "unchanged": approval.unchanged})
+
+    run = services.run_start(agent=agent.name, input={})
+    assert run_next(agent) == Outcome.SUCCEEDED
+    assert fresh(run).result == {"approved": True, "unchanged": True}
+    assert not InputRequest.objects.filter(run=run).exists()
+    [log] = events(run.id, "agent.log")
+    assert "the planned change is empty" in log.payload["message"]
+
+
+def test_an_approval_of_a_real_change_is_still_asked(make_agent) -> None:
+    agent = make_agent()
+
+    @agent.step
+    def change(ctx, state):
+        ctx.approve("update", "doc", {"accepted_versions": {"from": ["v1", "v2"], "to": ["v2"]}})
+        return ctx.done(True)
+
+    services.run_start(agent=agent.name, input={})
+    assert run_next(agent) == Outcome.INTERRUPTED
+
+
+def test_an_effect_done_under_an_approval_records_who_approved(
+    make_agent, approver, settings, tmp_path
+) -> None:
+    from ledger.models import SideEffect
+
+    settings.HOLDPOINT_CONFIG_STORE_DIR = tmp_path / "config-store"
+    agent = make_agent()
+
+    @agent.step
+    def write(ctx, state):
+        ctx.approve("update_auth_config", "app", {"ttl": {"from": 60, "to": 30}})
+        ctx.side_effect("config_store", "app", {"document": "app", "content": {"ttl": 30}})
+        return ctx.done(True)
+
+    run = services.run_start(agent=agent.name, input={})
+    assert run_next(agent) == Outcome.INTERRUPTED
+    answer(run, {"decision": "approve", "comment": "after the freeze"}, user=approver)
+    assert run_next(agent) == Outcome.SUCCEEDED
+    effect = SideEffect.objects.get(run=run)
+    assert effect.approval["by"] == "alice"
+    assert effect.approval["comment"] == "after the freeze"
+    assert effect.approval["source"] == "request" and effect.approval["at"]
+
+
+def test_an_approval_in_an_earlier_step_about_the_same_tool_and_target_is_recorded(
+    make_agent, approver, settings, tmp_path
+) -> None:
+    """The demo agent approves in ``approve`` and writes in ``write``: the write records it."""
+    from ledger.models import SideEffect
+
+    settings.HOLDPOINT_CONFIG_STORE_DIR = tmp_path / "config-store"
+    agent = make_agent()
+
+    @agent.step
+    def approve(ctx, state):
+        ctx.approve(
+            "update_auth_config", "app", {"ttl": {"from": 60, "to": 30}}, tool="config_store"
+        )
+        return ctx.next("write")
+
+    @agent.step
+    def write(ctx, state):
+        ctx.side_effect("config_store", "app", {"document": "app", "content": {"ttl": 30}})
+        return ctx.done(True)
+
+    run = services.run_start(agent=agent.name, input={})
+    assert run_next(agent) == Outcome.INTERRUPTED
+    answer(run, {"decision": "approve", "comment": "go"}, user=approver)
+    assert run_next(agent) == Outcome.SUCCEEDED
+    effect = SideEffect.objects.get(run=run)
+    assert (effect.approval["by"], effect.approval["comment"]) == ("alice", "go")

@@ -50,6 +50,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
+from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import Permission
 from django.contrib.sessions.models import Session
 from django.core.handlers.asgi import ASGIRequest
@@ -59,6 +60,7 @@ from django.middleware.csrf import CsrfViewMiddleware, get_token
 from django.template.loader import render_to_string
 from django.utils import timezone, translation
 from django.utils.crypto import constant_time_compare
+from django.utils.module_loading import import_string
 
 from runs import broadcast
 from runs.metrics import OPEN_WEBSOCKETS
@@ -224,7 +226,27 @@ def signed_in_users(scopes: Iterable[dict[str, Any]]) -> dict[str, Viewer | None
     return result
 
 
-MODEL_BACKEND = "django.contrib.auth.backends.ModelBackend"
+def _model_backend_permissions() -> bool:
+    """Whether the one authentication backend answers permissions as ModelBackend does (it
+    may be a subclass that changes only how people sign in, like the lockout's)."""
+    backends = list(settings.AUTHENTICATION_BACKENDS)
+    if len(backends) != 1:
+        return False
+    backend = import_string(backends[0])
+    return (
+        isinstance(backend, type)
+        and issubclass(backend, ModelBackend)
+        and all(
+            getattr(backend, name) is getattr(ModelBackend, name)
+            for name in (
+                "has_perm",
+                "get_all_permissions",
+                "get_user_permissions",
+                "get_group_permissions",
+                "_get_permissions",
+            )
+        )
+    )
 
 
 def permissions_of(users: list[Any]) -> dict[int, Role]:
@@ -235,7 +257,7 @@ def permissions_of(users: list[Any]) -> dict[int, Role]:
     fills each user's permission cache, so ``user.has_perm`` asks the database no more.
     With other authentication backends each user is asked in turn.
     """
-    if list(settings.AUTHENTICATION_BACKENDS) != [MODEL_BACKEND]:
+    if not _model_backend_permissions():
         return {
             id(u): Role(frozenset(u.get_all_permissions()), bool(u.is_superuser)) for u in users
         }

@@ -47,7 +47,13 @@ from runs.models import Run
 from runs.serializers import CheckpointSerializer, InputRequestSerializer, utc
 from runs.states import RequestKind
 
-WORKER_AUTH_CODES = ("not_authenticated", "authentication_failed", "permission_denied", "throttled")
+WORKER_AUTH_CODES = (
+    "not_authenticated",
+    "authentication_failed",
+    "permission_denied",
+    "throttled",
+    "malformed_request",
+)
 FENCE_CODES = ("stale_after_cancel", "stale_worker", "not_found")
 KEY_CODES = ("idempotency_key_malformed", "idempotency_key_reused", "idempotency_in_progress")
 

@@ -101,8 +101,8 @@ def test_it_renders_the_inbox_in_chinese_for_a_chinese_browser(
     decision = card_html(html, approval.id)
     assert '<span class="chip chip-approval">审批</span>' in decision
     assert '<span class="chip chip-danger">无法撤销</span>' in decision
-    assert "批准 send_email — 无法撤销" in decision
-    assert "拒绝 send_email" in decision
+    assert "批准 <bdi>send_email</bdi> — 无法撤销" in decision
+    assert "拒绝 <bdi>send_email</bdi>" in decision
     assert "auth-team@example.com" in decision
     for english in ("Submit response", "Needs me", "Cannot be undone", "Expires in", "Deny "):
         assert english not in html, english

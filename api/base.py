@@ -16,13 +16,15 @@ from api.problems import CONTENT_TYPE
 from api.serializers import ProblemSerializer
 from runs.errors import ERROR_STATUS, HoldpointError
 
-# Refusals any authenticated endpoint can give, documented on every operation.
+# Refusals any authenticated endpoint can give, documented on every operation (a NUL
+# character in the path or query is malformed_request wherever it is).
 AUTH_CODES = (
     "not_authenticated",
     "authentication_failed",
     "permission_denied",
     "csrf_failed",
     "throttled",
+    "malformed_request",
 )
 # Refusals of any endpoint that reads a JSON body, before the view runs.
 BODY_CODES = ("malformed_request", "payload_too_large", "unsupported_media_type", "invalid_input")

@@ -51,7 +51,13 @@ from runs import services
 from runs.models import Run, WorkerToken
 from runs.states import RequestKind, RunStatus
 
-WORKER_AUTH_CODES = ("not_authenticated", "authentication_failed", "permission_denied", "throttled")
+WORKER_AUTH_CODES = (
+    "not_authenticated",
+    "authentication_failed",
+    "permission_denied",
+    "throttled",
+    "malformed_request",
+)
 FENCE_CODES = ("stale_after_cancel", "stale_worker", "not_your_lease", "not_found")
 KEY_CODES = ("idempotency_key_malformed", "idempotency_key_reused", "idempotency_in_progress")
 

@@ -226,20 +226,27 @@ def signed_in_users(scopes: Iterable[dict[str, Any]]) -> dict[str, Viewer | None
     return result
 
 
-def _permissions_are_model_backends() -> bool:
-    """Whether every authentication backend answers permissions as Django's ``ModelBackend``
-    does (a subclass that changes only how people sign in, such as the lockout backend)."""
-    for path in settings.AUTHENTICATION_BACKENDS:
-        backend = import_string(path)
-        if not (
-            isinstance(backend, type)
-            and issubclass(backend, ModelBackend)
-            and backend.get_all_permissions is ModelBackend.get_all_permissions
-            and backend.get_user_permissions is ModelBackend.get_user_permissions
-            and backend.get_group_permissions is ModelBackend.get_group_permissions
-        ):
-            return False
-    return True
+def _model_backend_permissions() -> bool:
+    """Whether the one authentication backend answers permissions as ModelBackend does (it
+    may be a subclass that changes only how people sign in, like the lockout's)."""
+    backends = list(settings.AUTHENTICATION_BACKENDS)
+    if len(backends) != 1:
+        return False
+    backend = import_string(backends[0])
+    return (
+        isinstance(backend, type)
+        and issubclass(backend, ModelBackend)
+        and all(
+            getattr(backend, name) is getattr(ModelBackend, name)
+            for name in (
+                "has_perm",
+                "get_all_permissions",
+                "get_user_permissions",
+                "get_group_permissions",
+                "_get_permissions",
+            )
+        )
+    )
 
 
 def permissions_of(users: list[Any]) -> dict[int, Role]:
@@ -250,7 +257,7 @@ def permissions_of(users: list[Any]) -> dict[int, Role]:
     fills each user's permission cache, so ``user.has_perm`` asks the database no more.
     With other authentication backends each user is asked in turn.
     """
-    if not _permissions_are_model_backends():
+    if not _model_backend_permissions():
         return {
             id(u): Role(frozenset(u.get_all_permissions()), bool(u.is_superuser)) for u in users
         }

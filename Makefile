@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint fmt migrate sweep worker web clean browser-deps messages bench chaos chaos-short
+.PHONY: run test test-fast lint fmt migrate sweep worker web clean browser-deps messages bench chaos chaos-short
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,13 +29,18 @@ run: $(STAMP)
 test: $(STAMP) browser-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+## The inner loop: no browser, no chaos run, no schema fuzzing or state machine.
+test-fast: $(STAMP)
+	$(PY) -m pytest --ignore=tests/browser --ignore=tests/chaos -m "not slow" $(PYTEST_ARGS)
+
 browser-deps:
 	@bash scripts/ensure-chromium
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy runs ledger runtime config
+	$(VENV)/bin/mypy runs ledger runtime config api dashboard live
+	$(VENV)/bin/lint-imports
 
 fmt: $(STAMP)
 	$(VENV)/bin/ruff format .
@@ -55,14 +60,15 @@ messages: $(STAMP)
 	$(PY) manage.py compilemessages -l zh_Hans $(MESSAGES_IGNORE)
 
 ## Benchmarks against their baselines and peers, measured side by side in one run; writes
-## the figures into docs/performance.md. Needs DATABASE_URL (PostgreSQL) and REDIS_URL.
+## the raw figures to bench/results/<UTC date>.md. Needs DATABASE_URL (PostgreSQL) and REDIS_URL.
 ## BENCH_ARGS="--quick" for smaller counts, "--sizes 10k,100k" to skip the 1M-run table.
 bench: $(BENCH_STAMP)
 	@test -n "$$DATABASE_URL" || { echo "make bench needs DATABASE_URL=postgres://USER@HOST:PORT/NAME"; exit 2; }
 	$(PY) -m bench.all $(BENCH_ARGS)
 
 ## The chaos run: web server and workers under kills, freezes, duplicate requests and a
-## PostgreSQL restart (a private cluster), then invariants. Exits non-zero on a violation.
+## PostgreSQL restart (a private cluster), then invariants. Exits non-zero on a violation;
+## writes the report to bench/results/<UTC date>-chaos.md.
 chaos: $(BENCH_STAMP)
 	$(PY) -m chaos.harness $(CHAOS_ARGS)
 

@@ -1,11 +1,13 @@
-"""Run every benchmark (``make bench``) and write their output into docs/performance.md.
+"""Run every benchmark (``make bench``) and write their output to bench/results/<UTC date>.md.
 
 Each script runs in its own process (each works in its own scratch database) and
-prints its figures next to its baseline or peer; this collects what they printed
-into the "Latest figures" section of docs/performance.md, between the markers, with
-the machine and the commands.
+prints its figures next to its baseline or peer; this collects what they printed,
+with the machine and the commands, into one Markdown file per UTC date
+(``bench/results/2026-11-29.md``). The documents are not touched: docs/performance.md
+states the targets and verdicts and links to the latest results file.
 
     python -m bench.all [--sizes 10k,100k,1M] [--quick] [--only control_ops,wakeup]
+    python -m bench.all --render-only    # run nothing; write the saved outputs again
 """
 
 from __future__ import annotations
@@ -17,11 +19,9 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from bench.common import PYTHON, RESULTS_DIR, ROOT, base_database_url, machine
-
-DOC = ROOT / "docs" / "performance.md"
-BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
 
 def scripts(opts: argparse.Namespace) -> list[tuple[str, list[str]]]:
@@ -54,13 +54,24 @@ def run(name: str, args: list[str]) -> tuple[str, float, int]:
     return "".join(lines).strip(), time.monotonic() - t0, proc.wait()
 
 
-def render(outputs: list[tuple[str, list[str], str, float, int, str | None]]) -> str:
+# (script, its arguments, what it printed, seconds, exit status, when it was measured)
+Output = tuple[str, list[str], str, float, int, str | None]
+
+
+def results_path(now: time.struct_time | None = None) -> Path:
+    """The results file of the UTC date ``now`` (default: today): one file per date."""
+    return RESULTS_DIR / f"{time.strftime('%Y-%m-%d', now or time.gmtime())}.md"
+
+
+def render(outputs: list[Output], now: time.struct_time | None = None) -> str:
+    now = now or time.gmtime()
     info = machine()
     parts = [
-        BEGIN,
+        f"# `make bench`, {time.strftime('%Y-%m-%d', now)}",
         "",
-        f"Written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `make bench` "
-        "(`python -m bench.all`); each block says when it was measured.",
+        f"Written {time.strftime('%Y-%m-%d %H:%M UTC', now)} by `make bench` "
+        "(`python -m bench.all`); each block says when it was measured. What the figures "
+        "mean, the targets and the verdicts: [docs/performance.md](../../docs/performance.md).",
         "",
         "Machine: " + json.dumps(info, sort_keys=True),
         "",
@@ -86,8 +97,16 @@ def render(outputs: list[tuple[str, list[str], str, float, int, str | None]]) ->
             ]
         else:
             parts += ["```text", _progress_free(text), "```", ""]
-    parts.append(END)
-    return "\n".join(parts)
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def write_results(outputs: list[Output], now: time.struct_time | None = None) -> Path:
+    """Write the raw figures to ``bench/results/<UTC date>.md`` (a second run that day
+    replaces the file; every block in it carries its own time)."""
+    path = results_path(now)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(outputs, now))
+    return path
 
 
 def _progress_free(text: str) -> str:
@@ -101,11 +120,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", help="growth sizes (default 10k,100k,1M)")
     parser.add_argument("--quick", action="store_true", help="smaller counts, for a first look")
     parser.add_argument("--only", help="comma-separated script names")
-    parser.add_argument("--no-docs", action="store_true", help="do not touch docs/performance.md")
+    parser.add_argument(
+        "--no-write", action="store_true", help="print only; write no bench/results/<date>.md"
+    )
     parser.add_argument(
         "--render-only",
         action="store_true",
-        help="run nothing; write the saved outputs into the docs",
+        help="run nothing; write the saved outputs to bench/results/<date>.md",
     )
     opts = parser.parse_args(argv)
     if not opts.render_only:
@@ -113,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     if not os.environ.get("REDIS_URL"):
         print("note: REDIS_URL is not set; bench.push will say so and be skipped")
     only = set(opts.only.split(",")) if opts.only else None
-    outputs = []
+    outputs: list[Output] = []
     for name, args in scripts(opts):
         if opts.render_only or (only and name not in only):
             continue
@@ -148,16 +169,10 @@ def main(argv: list[str] | None = None) -> int:
                     data.get("measured_at"),
                 )
             )
-    if not opts.no_docs:
-        section = render(outputs)
-        doc = DOC.read_text() if DOC.exists() else f"# Performance\n\n{BEGIN}\n{END}\n"
-        if BEGIN in doc and END in doc:
-            doc = doc[: doc.index(BEGIN)] + section + doc[doc.index(END) + len(END) :]
-        else:
-            doc += "\n## Latest figures\n\n" + section + "\n"
-        DOC.parent.mkdir(parents=True, exist_ok=True)
-        DOC.write_text(doc)
-        print(f"\nwrote the figures into {DOC.relative_to(ROOT)}")
+    if not opts.no_write and outputs:
+        path = write_results(outputs)
+        shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        print(f"\nwrote the figures to {shown}")
     failed = [name for name, _, _, _, code, _ in outputs if code and (not only or name in only)]
     if failed:
         print("failed: " + ", ".join(failed))

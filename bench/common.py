@@ -338,7 +338,7 @@ def machine() -> dict[str, Any]:
 
 
 def save_result(name: str, result: dict[str, Any]) -> Path:
-    """Keep the figures of one script as JSON; ``bench.all`` renders them into the docs."""
+    """Keep the figures of one script as JSON (``bench.all`` keeps what each script printed)."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / f"{name}.json"
     payload = {

@@ -44,7 +44,14 @@ PYTHON = sys.executable
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import free_port, machine, person, table, wait_for_http  # noqa: E402
+from bench.common import (  # noqa: E402
+    RESULTS_DIR,
+    free_port,
+    machine,
+    person,
+    table,
+    wait_for_http,
+)
 from chaos import invariants, pg, receiver  # noqa: E402
 
 
@@ -439,31 +446,36 @@ def _unsettled() -> int:
         return int(cursor.fetchone()[0])
 
 
-def _write_docs(report: str, argv: list[str] | None) -> None:
-    """Put the report into docs/reliability.md between the chaos markers."""
-    doc_path = ROOT / "docs" / "reliability.md"
-    begin, end = "<!-- chaos:begin -->", "<!-- chaos:end -->"
-    doc = doc_path.read_text()
-    if begin not in doc or end not in doc:
-        return
+def results_path(now: time.struct_time | None = None) -> Path:
+    """The long run's report file of the UTC date ``now``: ``bench/results/<date>-chaos.md``."""
+    return RESULTS_DIR / f"{time.strftime('%Y-%m-%d', now or time.gmtime())}-chaos.md"
+
+
+def write_results(report: str, argv: list[str] | None, now: time.struct_time | None = None) -> Path:
+    """Write the report, with the command and the machine, to ``results_path(now)`` (a
+    second run that day replaces it). docs/reliability.md links to the latest one."""
+    now = now or time.gmtime()
     args = " ".join(sys.argv[1:] if argv is None else argv)
-    section = "\n".join(
+    text = "\n".join(
         [
-            begin,
+            f"# `make chaos`, {time.strftime('%Y-%m-%d', now)}",
             "",
             f"`python -m chaos.harness {args}`".replace(" `", "`"),
-            f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine: "
+            f"({time.strftime('%Y-%m-%d %H:%M UTC', now)}; machine: "
             + json.dumps(machine(), sort_keys=True)
-            + ")",
+            + "). What the invariants mean: "
+            "[docs/reliability.md](../../docs/reliability.md).",
             "",
             "```text",
             report.strip(),
             "```",
             "",
-            end,
         ]
     )
-    doc_path.write_text(doc[: doc.index(begin)] + section + doc[doc.index(end) + len(end) :])
+    path = results_path(now)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -487,10 +499,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-pg-restart", action="store_true")
     parser.add_argument("--result", type=Path, help="where to write the JSON result")
     parser.add_argument(
-        "--write-docs",
+        "--write-results",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="write the report into docs/reliability.md (default: for the long run only)",
+        help="write the report to bench/results/<date>-chaos.md (default: the long run only)",
     )
     opts = parser.parse_args(argv)
     duration = opts.duration or (45.0 if opts.short else 300.0)
@@ -533,6 +545,8 @@ def main(argv: list[str] | None = None) -> int:
             "HOLDPOINT_WEBHOOK_LOOKUP_URL": f"http://127.0.0.1:{hook_port}/deliveries/{{idempotency_key}}",
             "HOLDPOINT_LEDGER_SETTLE_SECONDS": "2",
             "HOLDPOINT_WEBHOOK_TIMEOUT_SECONDS": "2",
+            # The receiver is on loopback, which the outbound guard refuses by default.
+            "HOLDPOINT_OUTBOUND_ALLOW_LOCAL": "true",
             "HOLDPOINT_IDEMPOTENCY_IN_PROGRESS_SECONDS": "5",
             "HOLDPOINT_LEASE_SECONDS": str(opts.lease_seconds),
             "HOLDPOINT_CONFIG_STORE_DIR": str(config_root),
@@ -745,8 +759,8 @@ def main(argv: list[str] | None = None) -> int:
             say(f"\nonly {kills} kills were sent (wanted {kills_target})")
         report = "\n".join(lines)
         print(report, flush=True)
-        if opts.write_docs or (opts.write_docs is None and not opts.short):
-            _write_docs(report, argv)
+        if opts.write_results or (opts.write_results is None and not opts.short):
+            write_results(report, argv)
         result = {
             "seed": opts.seed,
             "short": opts.short,

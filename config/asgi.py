@@ -1,8 +1,12 @@
 """ASGI entry point: HTTP through Django, websockets through Channels.
 
-A websocket needs an allowed origin (``ALLOWED_HOSTS``; another site's page cannot open
-one with the user's cookies) and is given the session's user; each consumer checks the
-user's permissions itself, at connect and at every render (``runs.consumers``).
+A websocket needs our own origin (scheme, host and port: ``config.websocket_origin``;
+another site's page, another port or a sibling subdomain cannot open one with the user's
+cookies) and is given the session's user; each consumer checks the
+user's permissions itself, at connect and at every render (``live.consumers``).
+
+An HTTP body over ``HOLDPOINT_MAX_BODY_BYTES`` is refused before it is read
+(``config.body_limit``).
 """
 
 from __future__ import annotations
@@ -18,15 +22,18 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from runs.routing import websocket_urlpatterns  # noqa: E402
+from config.body_limit import BodyLimitMiddleware, install_daphne_guard  # noqa: E402
+from config.websocket_origin import SameOriginValidator  # noqa: E402
+from live.routing import websocket_urlpatterns  # noqa: E402
+
+# Bodies over HOLDPOINT_MAX_BODY_BYTES are refused before they are read: in daphne, which
+# would otherwise read and queue them whole, and in ASGI for any other server.
+install_daphne_guard()
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
+        "http": BodyLimitMiddleware(django_asgi_app),
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

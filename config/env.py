@@ -12,6 +12,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
+from runs.rates import parse_rate
+
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -67,10 +69,65 @@ def env_list(name: str, default: list[str] | None = None) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_destinations(name: str) -> list[str]:
+    """A comma-separated allow list of host names, ``*.suffix`` names, addresses and CIDRs
+    (``hooks.example.com, *.corp.example, 203.0.113.0/24``)."""
+    from ledger.outbound import parse_allow_entry
+
+    entries = env_list(name)
+    for entry in entries:
+        try:
+            parse_allow_entry(entry)
+        except ValueError as exc:
+            raise ImproperlyConfigured(
+                f"{name}: {exc}; use host names, *.example.com, addresses or CIDRs "
+                "separated by commas."
+            ) from None
+    return entries
+
+
+def env_host_headers(name: str) -> dict[str, dict[str, str]]:
+    """A JSON object of host name -> {header: value}: ``{"hooks.example.com":
+    {"Authorization": "Bearer …"}}``."""
+    import json
+
+    from ledger.outbound import check_headers
+    from ledger.tools import ActionFailed
+
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} is not JSON.") from None
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(
+            f'{name} must be a JSON object: {{"host": {{"Header": "value"}}}}.'
+        )
+    parsed: dict[str, dict[str, str]] = {}
+    for host, headers in value.items():
+        try:
+            parsed[str(host).lower().rstrip(".")] = check_headers(headers)
+        except ActionFailed as exc:  # a bad name or value, said in its message
+            raise ImproperlyConfigured(f"{name}[{host!r}]: {exc}") from None
+    return parsed
+
+
 def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     value = os.environ.get(name, default).strip().lower()
     if value not in choices:
         raise ImproperlyConfigured(f"{name}={value!r} must be one of: {', '.join(choices)}.")
+    return value
+
+
+def env_rate(name: str, default: str) -> str:
+    """A rate (``600/min``, ``5/15min``, ``off``) checked now, kept as written."""
+    value = os.environ.get(name, default).strip()
+    try:
+        parse_rate(value)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}: {exc}.") from None
     return value
 
 

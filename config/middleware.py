@@ -4,7 +4,34 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from django.core.exceptions import SuspiciousOperation
 from django.http import HttpRequest, HttpResponse
+
+from api.problems import nul_in_request
+
+API_PREFIX = "/api/"
+
+
+class NulCharacter(SuspiciousOperation):
+    """A NUL character in the path, the query or a form field (logged to django.security)."""
+
+
+class NulCharacterMiddleware:
+    """Answer 400 to a page request carrying a NUL character, before any view reads it.
+
+    The API answers its own problem for the same refusal (``api.problems``)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if not request.path.startswith(API_PREFIX):
+            where = nul_in_request(request, form=True)
+            if where is not None:
+                raise NulCharacter(
+                    f"A NUL character in the {where} of {request.method} {request.path!r}."
+                )
+        return self.get_response(request)
 
 
 class SyncChainMiddleware:

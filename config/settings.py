@@ -9,6 +9,7 @@ only reaches browsers connected to the same process.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
@@ -16,9 +17,12 @@ from django.core.exceptions import ImproperlyConfigured
 from config.env import (
     env_bool,
     env_choice,
+    env_destinations,
     env_float,
+    env_host_headers,
     env_int,
     env_list,
+    env_rate,
     env_str,
     parse_database_url,
 )
@@ -64,12 +68,19 @@ INSTALLED_APPS = [
     "runs",
     "ledger",
     "runtime",
+    "api",
+    "dashboard",
+    "live",
+    "config",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Under /api/: oversized or deeply nested bodies are refused before any other work.
-    "runs.problems.ApiBoundaryMiddleware",
+    "api.problems.ApiBoundaryMiddleware",
+    # Pages: a NUL character in the path, query or form is a 400 before any view (the API
+    # answers its own problem in ApiBoundaryMiddleware).
+    "config.middleware.NulCharacterMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
@@ -151,7 +162,56 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
+# --- Cache: rate limits and the sign-in lockout -----------------------------------------------
+# Every web process must see the same counters (runs/ratelimit.py): Redis when REDIS_URL is set,
+# else PostgreSQL's table holdpoint_cache (created by migration runs 0006), else the process's
+# memory, which is right only for the zero-setup single process (`manage.py serve`).
+CACHES: dict[str, dict[str, Any]]
+HOLDPOINT_CACHE = env_choice("HOLDPOINT_CACHE", "auto", ("auto", "redis", "database", "locmem"))
+if HOLDPOINT_CACHE == "auto":
+    HOLDPOINT_CACHE = "redis" if REDIS_URL else "database" if DATABASE_URL else "locmem"
+if HOLDPOINT_CACHE == "redis":
+    if not REDIS_URL:
+        raise ImproperlyConfigured("HOLDPOINT_CACHE=redis needs REDIS_URL.")
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": env_str("CHANNEL_PREFIX", "holdpoint"),
+        }
+    }
+elif HOLDPOINT_CACHE == "database":
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "holdpoint_cache",
+            # Counters carry their own windows; the expiry only cleans up. Each write counts
+            # the table and culls expired rows beyond MAX_ENTRIES, so keep it modest.
+            "TIMEOUT": 86400,
+            "OPTIONS": {"MAX_ENTRIES": 50_000},
+        }
+    }
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "LOCATION": "holdpoint",
+            "OPTIONS": {"MAX_ENTRIES": 100_000},
+        }
+    }
+
 # --- Auth, i18n, static ---------------------------------------------------------------------
+# Django's ModelBackend behind the sign-in lockout (runs/ratelimit.py), for our login page and
+# the admin's alike.
+AUTHENTICATION_BACKENDS = ["runs.ratelimit.LockoutModelBackend"]
+# N failed sign-ins within HOLDPOINT_LOGIN_LOCKOUT_SECONDS lock that account, or that address,
+# for HOLDPOINT_LOGIN_LOCKOUT_SECONDS (0 turns a limit off). The address limit is higher: an
+# office behind one address has many people who mistype.
+HOLDPOINT_LOGIN_FAILURES_PER_ACCOUNT = env_int("HOLDPOINT_LOGIN_FAILURES_PER_ACCOUNT", 5, minimum=0)
+HOLDPOINT_LOGIN_FAILURES_PER_ADDRESS = env_int(
+    "HOLDPOINT_LOGIN_FAILURES_PER_ADDRESS", 30, minimum=0
+)
+HOLDPOINT_LOGIN_LOCKOUT_SECONDS = env_int("HOLDPOINT_LOGIN_LOCKOUT_SECONDS", 900, minimum=1)
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
@@ -211,21 +271,38 @@ REST_FRAMEWORK = {
     # Token first: DRF answers 401 with the first class's WWW-Authenticate challenge
     # (a session has none, which would turn "not logged in" into a 403).
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
-        "runs.authentication.CsrfSessionAuthentication",
+        "api.authentication.ThrottledTokenAuthentication",
+        "api.authentication.CsrfSessionAuthentication",
+        "api.authentication.AnonymousRateAuthentication",
     ],
+    # One throttle for every endpoint, scoped by principal (api/throttles.py).
+    "DEFAULT_THROTTLE_CLASSES": ["api.throttles.PrincipalRateThrottle"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    # Every error is application/problem+json with a stable code (runs/problems.py).
-    "EXCEPTION_HANDLER": "runs.problems.exception_handler",
+    # Every error is application/problem+json with a stable code (api/problems.py).
+    "EXCEPTION_HANDLER": "api.problems.exception_handler",
 }
+# API rates (N/s, N/min, N/15min, N/hour, N/day, or off), per worker token, per person, per
+# address without credentials; failed tokens per address. The defaults stop runaway scripts
+# and token guessing and are far above what people, `make run`, the benchmarks and the chaos
+# harness send (many workers share one token and heartbeat: docs/security.md).
+HOLDPOINT_THROTTLE_WORKER = env_rate("HOLDPOINT_THROTTLE_WORKER", "60000/min")
+HOLDPOINT_THROTTLE_USER = env_rate("HOLDPOINT_THROTTLE_USER", "12000/min")
+HOLDPOINT_THROTTLE_ANON = env_rate("HOLDPOINT_THROTTLE_ANON", "600/min")
+HOLDPOINT_THROTTLE_AUTH_FAILURES = env_rate("HOLDPOINT_THROTTLE_AUTH_FAILURES", "30/min")
 SPECTACULAR_SETTINGS = {
     "TITLE": "Holdpoint API",
     "DESCRIPTION": "Control and worker API of Holdpoint.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # AnonymousRateAuthentication only counts requests; it is no way to sign in.
+    "AUTHENTICATION_WHITELIST": [
+        "api.authentication.ThrottledTokenAuthentication",
+        "api.authentication.CsrfSessionAuthentication",
+        "api.authentication.WorkerTokenAuthentication",
+    ],
 }
 
 # --- Holdpoint ------------------------------------------------------------------------------
@@ -258,6 +335,21 @@ HOLDPOINT_LEDGER_SETTLE_SECONDS = env_int("HOLDPOINT_LEDGER_SETTLE_SECONDS", 300
 HOLDPOINT_WEBHOOK_TIMEOUT_SECONDS = env_float(
     "HOLDPOINT_WEBHOOK_TIMEOUT_SECONDS", 10.0, minimum=0.1
 )
+# Where outbound calls (the webhook tool, its look-ups and compensations) may go
+# (ledger/outbound.py): when set, only these host names, *.suffixes, addresses and CIDRs.
+HOLDPOINT_WEBHOOK_ALLOW = env_destinations("HOLDPOINT_WEBHOOK_ALLOW")
+# Private, loopback and link-local destinations are refused unless the allow list names
+# them or this is on: for the demo receiver, the tests and the chaos harness only.
+HOLDPOINT_OUTBOUND_ALLOW_LOCAL = env_bool("HOLDPOINT_OUTBOUND_ALLOW_LOCAL", False)
+# Headers the outbound client adds to every call to a host (JSON: {"host": {"Name": "v"}}),
+# for credentials that agents should not hold or that the ledger never stores: a
+# compensation run by the web process and the look-ups use them too.
+HOLDPOINT_WEBHOOK_HEADERS = env_host_headers("HOLDPOINT_WEBHOOK_HEADERS")
+# The most of a reply body that is read (and stored), and the longest one call may take.
+HOLDPOINT_OUTBOUND_MAX_REPLY_BYTES = env_int(
+    "HOLDPOINT_OUTBOUND_MAX_REPLY_BYTES", 64 * 1024, minimum=1024
+)
+HOLDPOINT_OUTBOUND_TOTAL_SECONDS = env_float("HOLDPOINT_OUTBOUND_TOTAL_SECONDS", 30.0, minimum=1.0)
 HOLDPOINT_WEBHOOK_LOOKUP_URL = env_str("HOLDPOINT_WEBHOOK_LOOKUP_URL")
 if HOLDPOINT_WEBHOOK_LOOKUP_URL and "{idempotency_key}" not in HOLDPOINT_WEBHOOK_LOOKUP_URL:
     raise ImproperlyConfigured(
@@ -290,6 +382,9 @@ LOGGING = {
 }
 # When set, /metrics requires "Authorization: Bearer <token>".
 HOLDPOINT_METRICS_TOKEN = env_str("HOLDPOINT_METRICS_TOKEN")
+# Without a token, /metrics answers anyone only when this is on: by default outside
+# production, never by default in production (`check --deploy` warns either way).
+HOLDPOINT_METRICS_PUBLIC = env_bool("HOLDPOINT_METRICS_PUBLIC", not PRODUCTION)
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "holdpoint@localhost")

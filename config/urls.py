@@ -1,20 +1,18 @@
-"""URL wiring only: each app owns its own routes."""
+"""URL wiring only: each web app owns its own routes."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 from django.urls import include, path
 
-from runs.health import healthz, metrics
+from config.health import healthz, metrics
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics, name="metrics"),
-    # JSON API: the control API and the worker API (runs), the ledger's endpoints.
-    path("api/", include("runs.api_urls")),
-    path("api/", include("ledger.api_urls")),
-    # Dashboard pages.
-    path("side-effects/", include("ledger.urls")),
-    path("", include("runs.urls")),
+    # The JSON API: control, worker protocol, side effects.
+    path("api/", include("api.urls")),
+    # The dashboard's pages.
+    path("", include("dashboard.urls")),
 ]

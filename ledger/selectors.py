@@ -14,11 +14,11 @@ from django.http import Http404
 from django.utils.translation import gettext, gettext_noop, ngettext
 
 from ledger.models import Reversibility, SideEffect, SideEffectStatus
-from ledger.services._common import needs_reconciliation_q, stale_pending_q
+from ledger.services import needs_reconciliation_q, stale_pending_q
 from ledger.tools import can_compensate, get_tool
 from runs.errors import HoldpointError
 from runs.models import Run
-from runs.selectors import VIEW
+from runs.selectors import RETRY, VIEW
 
 S = SideEffectStatus
 
@@ -108,8 +108,35 @@ def report_group(effect: SideEffect) -> str:
     return "happened"
 
 
-def side_effect_row(effect: SideEffect, *, stale_ids: set[str] | None = None) -> dict[str, Any]:
-    """One side effect as the API and the report show it (times stay datetimes)."""
+REPLY_HIDDEN = gettext_noop("Hidden: only people who can reconcile or compensate see replies.")
+
+
+def replies_visible(user: Any) -> bool:
+    """Whether ``user`` sees what external systems answered (reply bodies): only people
+    who can act on side effects. ``None`` is the system itself (commands, tests)."""
+    return user is None or bool(user.has_perm(RETRY))
+
+
+def _hide_reply(value: Any) -> Any:
+    """``value`` (a result, or an error with ``details``) with the reply body replaced: a
+    receiver chosen by an agent may answer anything, including internal data."""
+    if not isinstance(value, dict):
+        return value
+    hidden = dict(value)
+    if "body" in hidden:
+        hidden["body"] = gettext(REPLY_HIDDEN)
+    if isinstance(hidden.get("details"), dict) and "body" in hidden["details"]:
+        hidden["details"] = {**hidden["details"], "body": gettext(REPLY_HIDDEN)}
+    return hidden
+
+
+def side_effect_row(
+    effect: SideEffect, *, stale_ids: set[str] | None = None, show_replies: bool = True
+) -> dict[str, Any]:
+    """One side effect as the API and the report show it (times stay datetimes).
+
+    ``show_replies=False`` (viewers) replaces reply bodies in the result and errors."""
+    reply = (lambda value: value) if show_replies else _hide_reply
     approval = effect.approval or None
     compensable = (
         effect.reversibility != Reversibility.IRREVERSIBLE
@@ -132,8 +159,8 @@ def side_effect_row(effect: SideEffect, *, stale_ids: set[str] | None = None) ->
         "generation": effect.generation,
         "external_reference": effect.external_reference,
         "request": effect.request,
-        "result": effect.result,
-        "error": effect.error,
+        "result": reply(effect.result),
+        "error": reply(effect.error),
         "late": effect.late,
         "compensating_action": effect.compensating_action,
         # The time the report shows: when the outcome was known, else when it began.
@@ -158,8 +185,8 @@ def side_effect_row(effect: SideEffect, *, stale_ids: set[str] | None = None) ->
             {
                 "idempotency_key": effect.compensation_idempotency_key,
                 "external_reference": effect.compensation_reference,
-                "result": effect.compensation_result,
-                "error": effect.compensation_error,
+                "result": reply(effect.compensation_result),
+                "error": reply(effect.compensation_error),
                 "by": effect.compensation_actor or None,
                 "started_at": effect.compensation_started_at,
                 "ended_at": effect.compensation_ended_at,
@@ -184,15 +211,17 @@ def _stale_ids(effects: list[SideEffect]) -> set[str]:
     )
 
 
-def side_effect_rows(effects: list[SideEffect]) -> list[dict[str, Any]]:
+def side_effect_rows(effects: list[SideEffect], *, user: Any = None) -> list[dict[str, Any]]:
+    """The rows as ``user`` may see them (see ``replies_visible``)."""
     stale = _stale_ids(effects)
-    return [side_effect_row(effect, stale_ids=stale) for effect in effects]
+    show = replies_visible(user)
+    return [side_effect_row(effect, stale_ids=stale, show_replies=show) for effect in effects]
 
 
-def report_for_run(run_id: str) -> dict[str, Any]:
+def report_for_run(run_id: str, *, user: Any = None) -> dict[str, Any]:
     """Every side effect of the run, in the five groups of the report, with counts."""
     effects = list(side_effects_for_run(run_id))
-    rows = side_effect_rows(effects)
+    rows = side_effect_rows(effects, user=user)
     grouped: dict[str, list[dict[str, Any]]] = {key: [] for key, _ in REPORT_GROUPS}
     for effect, row in zip(effects, rows, strict=True):
         grouped[report_group(effect)].append(row)

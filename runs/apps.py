@@ -8,12 +8,8 @@ class RunsConfig(AppConfig):
     verbose_name = "Runs"
 
     def ready(self) -> None:
-        from runs import broadcast
         from runs.idempotency import idempotency_records_purge
         from runs.services import history_purge, register_sweep
-
-        # Live dashboard: one push per committed transaction that changed runs.
-        broadcast.connect_signals()
 
         # Expired Idempotency-Key records, and in-progress ones whose caller died.
         register_sweep("idempotency_records", idempotency_records_purge)

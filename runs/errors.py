@@ -7,43 +7,52 @@ raises before writing, inside the transaction that would have written.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
-# code -> HTTP status. One table, so the API and the docs cannot disagree.
-ERROR_STATUS: dict[str, int] = {
-    "stale_after_cancel": 409,
-    "stale_worker": 409,
-    "request_mismatch": 409,
-    "stale_checkpoint": 409,
-    "request_expired": 409,
-    "invalid_state": 409,
-    "retry_not_allowed": 409,
-    "side_effect_unknown": 409,
-    "approval_required": 409,
+
+class ErrorKind(NamedTuple):
+    status: int  # the HTTP status the API answers with
+    title: str  # the problem's title (RFC 9457): short, the same for every occurrence
+
+
+# code -> status and title. The one table of problems: the services raise these codes, the
+# API renders them (api/problems.py) and documents them (api/base.py).
+ERRORS: dict[str, ErrorKind] = {
+    "stale_after_cancel": ErrorKind(409, "Stale after cancel"),
+    "stale_worker": ErrorKind(409, "Stale worker"),
+    "request_mismatch": ErrorKind(409, "Request mismatch"),
+    "stale_checkpoint": ErrorKind(409, "Stale checkpoint"),
+    "request_expired": ErrorKind(409, "Request expired"),
+    "invalid_state": ErrorKind(409, "Invalid state"),
+    "retry_not_allowed": ErrorKind(409, "Retry not allowed"),
+    "side_effect_unknown": ErrorKind(409, "Side effect unknown"),
+    "approval_required": ErrorKind(409, "Approval required"),
     # A fenced worker write from a token other than the one that claimed the attempt.
-    "not_your_lease": 409,
-    "idempotency_in_progress": 409,
-    "idempotency_key_reused": 422,
-    "idempotency_key_missing": 400,
-    "idempotency_key_malformed": 400,
-    "invalid_input": 422,
-    "unknown_agent": 422,
-    "not_found": 404,
-    "permission_denied": 403,
+    "not_your_lease": ErrorKind(409, "Not your lease"),
+    "idempotency_in_progress": ErrorKind(409, "Idempotent request in progress"),
+    "idempotency_key_reused": ErrorKind(422, "Idempotency key reused"),
+    "idempotency_key_missing": ErrorKind(400, "Idempotency key missing"),
+    "idempotency_key_malformed": ErrorKind(400, "Idempotency key malformed"),
+    "invalid_input": ErrorKind(422, "Invalid input"),
+    "destination_not_allowed": ErrorKind(422, "Destination not allowed"),
+    "unknown_agent": ErrorKind(422, "Unknown agent"),
+    "not_found": ErrorKind(404, "Not found"),
+    "permission_denied": ErrorKind(403, "Permission denied"),
     # Approving steps when a run is started is an approval: it needs runs.approve_run.
-    "preapproval_not_permitted": 403,
-    "not_authenticated": 401,
-    "malformed_request": 400,
-    "payload_too_large": 413,
-    "method_not_allowed": 405,
-    # HTTP-level refusals of the API (runs.problems renders every one as problem+json).
-    "authentication_failed": 401,
-    "csrf_failed": 403,
-    "not_acceptable": 406,
-    "unsupported_media_type": 415,
-    "throttled": 429,
-    "server_error": 500,
+    "preapproval_not_permitted": ErrorKind(403, "Pre-approval not permitted"),
+    "not_authenticated": ErrorKind(401, "Not authenticated"),
+    "malformed_request": ErrorKind(400, "Malformed request"),
+    "payload_too_large": ErrorKind(413, "Payload too large"),
+    "method_not_allowed": ErrorKind(405, "Method not allowed"),
+    # HTTP-level refusals of the API (api.problems renders every one as problem+json).
+    "authentication_failed": ErrorKind(401, "Authentication failed"),
+    "csrf_failed": ErrorKind(403, "CSRF check failed"),
+    "not_acceptable": ErrorKind(406, "Not acceptable"),
+    "unsupported_media_type": ErrorKind(415, "Unsupported media type"),
+    "throttled": ErrorKind(429, "Too many requests"),
+    "server_error": ErrorKind(500, "Server error"),
 }
+ERROR_STATUS: dict[str, int] = {code: kind.status for code, kind in ERRORS.items()}
 
 
 # Members of the problem+json body itself; an error's extra facts may not reuse them.

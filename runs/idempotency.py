@@ -1,6 +1,6 @@
 """Idempotency keys for POST requests (DESIGN.md section 6), independent of any framework.
 
-The DRF mixin (``runs.apis.idempotency.IdempotentMixin``) and the dashboard's forms
+The DRF mixin (``api.idempotency.IdempotentMixin``) and the dashboard's forms
 both call ``idempotent_call``; the rules live here once.
 
 How "in progress" is made durable without a transaction held across the work:

@@ -8,6 +8,7 @@ requests and events, so there is one lock order and no deadlock between them.
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -15,6 +16,7 @@ from django.db.models import Q
 
 from runs.ids import new_attempt_id, new_checkpoint_id, new_request_id, new_run_id
 from runs.states import (
+    CLAIMABLE,
     AttemptReason,
     AttemptStatus,
     FailureClass,
@@ -92,7 +94,7 @@ class Run(models.Model):
             models.Index(
                 fields=["not_before"],
                 name="run_claimable_idx",
-                condition=Q(status__in=[RunStatus.QUEUED, RunStatus.WAITING]),
+                condition=Q(status__in=sorted(CLAIMABLE)),
             ),
             # Serves the runs list: filter by status, newest first.
             models.Index(fields=["status", "-created_at"], name="run_status_created_idx"),
@@ -134,6 +136,15 @@ class Checkpoint(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+def claimable_q(due: Any = None) -> Q:
+    """Runs whose current attempt a worker may claim: the one rule, used by the claim and by
+    the workers' "when is the next one due" (both served by ``run_claimable_idx``). With
+    ``due`` (a time, or ``Now()`` to read the clock in the claim's own statement), only those
+    due by then."""
+    rule = Q(status__in=sorted(CLAIMABLE))
+    return rule if due is None else rule & Q(not_before__lte=due)
 
 
 class Attempt(models.Model):
@@ -182,7 +193,7 @@ class Attempt(models.Model):
             ),
         ]
         indexes = [
-            # Serves leases_expire: WHERE status = 'running' AND lease_expires_at < now.
+            # Serves leases_expire: WHERE status = 'running' AND lease_expires_at <= now.
             models.Index(
                 fields=["lease_expires_at"],
                 name="attempt_lease_expiry_idx",

@@ -7,11 +7,15 @@ accepted too and stored compiled, so everything downstream sees one format.
 
 from __future__ import annotations
 
+import functools
 import json
+import re
+from collections.abc import Iterator
 from typing import Any
 
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
+from jsonschema.exceptions import SchemaError, ValidationError
+from jsonschema.validators import extend
 
 from runs.errors import HoldpointError
 
@@ -30,8 +34,9 @@ _SCHEMA_KEYWORDS = {
     "$ref",
     "not",
 }
-# Nesting deeper than this is refused: it only ever comes from a bug or an attack.
-MAX_DEPTH = 32
+# JSON nested deeper than this is refused, whether a request body (api/problems.py), a
+# schema or a value the services store: it only ever comes from a bug or an attack.
+MAX_JSON_DEPTH = 32
 APPROVAL_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -41,6 +46,90 @@ APPROVAL_SCHEMA: dict[str, Any] = {
     "required": ["decision"],
     "additionalProperties": False,
 }
+
+
+@functools.lru_cache(maxsize=256)
+def _anchored_at_end(pattern: str) -> re.Pattern[str]:
+    """``pattern`` with JSON Schema's (ECMA-262's) meaning of ``$``: the end of the text.
+
+    Python's ``$`` also matches before a trailing newline, so ``^[a-z]+$`` would let
+    ``"abc\\n"`` through. Every ``$`` outside a character class and not escaped becomes
+    ``\\Z``; a pattern with its own multiline flag keeps its ``$``.
+    """
+    if "(?m" in pattern:
+        return re.compile(pattern)
+    out: list[str] = []
+    in_class = escaped = False
+    for char in pattern:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        elif char == "$":
+            out.append(r"\Z")
+            continue
+        out.append(char)
+    return re.compile("".join(out))
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string") and not _anchored_at_end(pattern).search(instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(
+    validator: Any, patterns: dict[str, Any], instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            if _anchored_at_end(pattern).search(key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(
+    validator: Any, allowed: Any, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    properties = schema.get("properties", {})
+    patterns = [_anchored_at_end(p) for p in schema.get("patternProperties", {})]
+    extras = sorted(
+        key
+        for key in instance
+        if key not in properties and not any(p.search(key) for p in patterns)
+    )
+    if validator.is_type(allowed, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], allowed, path=extra)
+    elif not allowed and extras:
+        yield ValidationError(
+            f"Additional properties are not allowed ({', '.join(map(repr, extras))} "
+            f"{'was' if len(extras) == 1 else 'were'} unexpected)"
+        )
+
+
+# Draft 2020-12 with ``pattern``, ``patternProperties`` and ``additionalProperties``
+# matched as JSON Schema means them (see ``_anchored_at_end``). Every validation of
+# agent-given schemas uses it.
+SchemaValidator = extend(
+    Draft202012Validator,
+    {
+        "pattern": _pattern,
+        "patternProperties": _pattern_properties,
+        "additionalProperties": _additional_properties,
+    },
+)
+
+
+def schema_validator(schema: dict[str, Any]) -> Any:
+    """The validator for a checked schema (``compile_schema``)."""
+    return SchemaValidator(schema)
 
 
 def _is_compact(schema: dict[str, Any]) -> bool:
@@ -73,8 +162,10 @@ def compile_schema(schema: Any) -> dict[str, Any]:
     """Return a checked JSON Schema (draft 2020-12) for ``schema`` or raise ``invalid_input``."""
     if not isinstance(schema, dict):
         raise HoldpointError("invalid_input", "accepted_schema must be a JSON object.")
-    if depth(schema) > MAX_DEPTH:
-        raise HoldpointError("invalid_input", f"The schema nests deeper than {MAX_DEPTH} levels.")
+    if too_deep(schema):
+        raise HoldpointError(
+            "invalid_input", f"The schema nests deeper than {MAX_JSON_DEPTH} levels."
+        )
     if _is_compact(schema):
         properties: dict[str, Any] = {}
         required: list[str] = []
@@ -101,7 +192,7 @@ def compile_schema(schema: Any) -> dict[str, Any]:
 
 def validation_errors(schema: dict[str, Any], value: Any) -> list[dict[str, str]]:
     """Every way ``value`` breaks ``schema``, as ``{pointer, message}``, sorted by pointer."""
-    validator = Draft202012Validator(schema)
+    validator = schema_validator(schema)
     errors = []
     for error in validator.iter_errors(value):
         pointer = "".join(f"/{part}" for part in error.absolute_path)
@@ -120,15 +211,22 @@ def validate_value(schema: dict[str, Any], value: Any, *, what: str = "value") -
         )
 
 
-def depth(value: Any, _level: int = 0) -> int:
-    """Nesting depth of a JSON value, stopping early past MAX_DEPTH."""
-    if _level > MAX_DEPTH:
-        return _level
-    if isinstance(value, dict):
-        return max((depth(v, _level + 1) for v in value.values()), default=_level + 1)
-    if isinstance(value, list):
-        return max((depth(v, _level + 1) for v in value), default=_level + 1)
-    return _level
+def too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``value`` nests containers deeper than ``limit`` (``{}`` is one level).
+    Iterative, so a hostile value cannot exhaust the stack."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if level + 1 > limit:
+            return True
+        stack.extend((child, level + 1) for child in children)
+    return False
 
 
 def canonical_json(value: Any) -> str:

@@ -96,6 +96,8 @@ TRANSITIONS: dict[tuple[str, str], str] = {
     (S.CANCELLED, "retry"): S.QUEUED,
 }
 
+# States whose current attempt a worker may claim (once it is due): read off the table.
+CLAIMABLE = frozenset(status for (status, operation) in TRANSITIONS if operation == "claim")
 TERMINAL = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED})
 # States in which a person is being asked something.
 HOLDING = frozenset({S.INPUT_REQUIRED, S.AUTH_REQUIRED})

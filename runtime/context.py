@@ -29,7 +29,8 @@ from runs import services
 from runs.errors import HoldpointError
 from runs.schemas import canonical_json
 from runtime.control import AttemptControl, HoldPointReached, SideEffectUnknown
-from runtime.sdk import (
+from runtime.selectors import Answer
+from runtime.types import (
     Approval,
     ApprovalDenied,
     Confirmed,
@@ -38,7 +39,6 @@ from runtime.sdk import (
     Next,
     SideEffectFailed,
 )
-from runtime.selectors import Answer
 
 logger = logging.getLogger("runtime")
 
@@ -323,7 +323,9 @@ class Context:
         with it (``approvals=[step_id]``); a denial raises ``ApprovalDenied``.
         ``compensate`` says how to undo this call (it declares an irreversible tool's call
         ``compensable``). An outcome nobody can tell stops the run (``side_effect_unknown``);
-        a refusal raises ``SideEffectFailed``.
+        a refusal raises ``SideEffectFailed``. Secret headers in ``request`` (``Authorization``,
+        cookies, API keys…) are handed to the tool as given but stored redacted: pass them
+        in ``request`` every time the step runs (the ledger cannot give them back).
         """
         from ledger import services as ledger
         from ledger.tools import ActionFailed, OutcomeUnknown, get_tool

@@ -39,8 +39,9 @@ from runtime.control import (
     SideEffectUnknown,
 )
 from runtime.heartbeat import Heartbeater
-from runtime.sdk import Agent, Done, Next, StepError
+from runtime.registry import Agent
 from runtime.selectors import answers_for, run_cost_before
+from runtime.types import Done, Next, StepError
 
 logger = logging.getLogger("runtime")
 
@@ -154,7 +155,7 @@ class _Attempt:
                 # The run store refused what the step asked for (a bad schema, a bad expiry):
                 # the agent's code is wrong, and running it again will not help.
                 return self._fail("deterministic", "HoldpointError", f"{exc.code}: {exc.detail}")
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the agent's own code may raise anything: classify it
                 return self._fail_from(exc, None)
             # The step is finished: this is the safe point between steps.
             control.check()

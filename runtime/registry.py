@@ -11,15 +11,30 @@ from __future__ import annotations
 
 import importlib
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from runs.agents import register_agent_spec, unregister_agent_spec
+from runs.agents import AgentSpec, RetryPolicy, register_agent_spec, unregister_agent_spec
 
-if TYPE_CHECKING:
-    from runtime.sdk import Agent
+
+class Agent(Protocol):
+    """What the registry and the executor need of an agent; ``runtime/agent.py`` defines
+    the one authors use. The registry imports nothing of it: an agent registers itself."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def retry(self) -> RetryPolicy: ...
+    @property
+    def start(self) -> str | None: ...
+    @property
+    def steps(self) -> Mapping[str, Callable[..., Any]]: ...
+    @property
+    def spec(self) -> AgentSpec: ...
+
 
 logger = logging.getLogger(__name__)
 

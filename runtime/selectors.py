@@ -96,12 +96,11 @@ def seconds_until_due(agents: list[str]) -> float | None:
     from django.db.models import Min
 
     from runs.clock import db_now
-    from runs.models import Run
-    from runs.states import RunStatus
+    from runs.models import Run, claimable_q
 
-    due = Run.objects.filter(
-        status__in=[RunStatus.QUEUED, RunStatus.WAITING], agent__in=agents
-    ).aggregate(due=Min("not_before"))["due"]
+    due = Run.objects.filter(claimable_q(), agent__in=agents).aggregate(due=Min("not_before"))[
+        "due"
+    ]
     if due is None:
         return None
     return max(0.0, (due - db_now()).total_seconds())

@@ -197,7 +197,7 @@ class WorkerPool:
                     reason="shutdown",
                 )
                 logger.info("attempt %s released at shutdown", control.lease.attempt_id)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - shutdown goes on; the lease runs out instead
                 logger.warning("attempt %s: release failed: %s", control.lease.attempt_id, exc)
 
     # Signals -------------------------------------------------------------------------

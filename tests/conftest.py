@@ -21,6 +21,16 @@ from runs.groups import ensure_default_groups
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
+# The tests' webhook receivers listen on loopback, which the outbound guard refuses by
+# default (ledger/outbound.py). Worker and server processes the tests start inherit this;
+# tests/security turns it off again where the guard itself is tested.
+os.environ.setdefault("HOLDPOINT_OUTBOUND_ALLOW_LOCAL", "true")
+
+
+@pytest.fixture(autouse=True)
+def _outbound_allows_loopback(settings: Any) -> None:
+    settings.HOLDPOINT_OUTBOUND_ALLOW_LOCAL = True
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     on_postgres = bool(os.environ.get("DATABASE_URL"))
@@ -73,6 +83,29 @@ def browser() -> Iterator[Any]:
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         yield chromium
         chromium.close()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_rate_limits() -> None:
+    """Each test starts with no rate-limit counts and no lockouts (runs/ratelimit.py): the
+    cache may be Redis, shared by every test and every run. The database cache is part of
+    each test's transaction and needs nothing."""
+    from django.core.cache import caches
+    from django.core.cache.backends.db import DatabaseCache
+    from django.core.cache.backends.redis import RedisCache
+
+    from runs.ratelimit import PREFIX
+
+    backend = caches["default"]
+    if isinstance(backend, DatabaseCache):
+        return
+    if isinstance(backend, RedisCache):
+        client = backend._cache.get_client(write=True)
+        keys = list(client.scan_iter(match=f"*:{PREFIX}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+        return
+    backend.clear()
 
 
 TEST_AGENT = "test-agent"

@@ -11,7 +11,12 @@
 
 from __future__ import annotations
 
-from ledger.services._common import compensation_key_for, idempotency_key_for
+from ledger.services._common import (
+    compensation_key_for,
+    idempotency_key_for,
+    needs_reconciliation_q,
+    stale_pending_q,
+)
 from ledger.services.intents import (
     Begin,
     action_hash,
@@ -38,6 +43,7 @@ __all__ = [
     "approved_action_hash",
     "compensation_key_for",
     "idempotency_key_for",
+    "needs_reconciliation_q",
     "side_effect_begin",
     "side_effect_compensate",
     "side_effect_look_up",
@@ -45,4 +51,5 @@ __all__ = [
     "side_effect_reconcile",
     "side_effect_record_outcome",
     "side_effects_look_up_stale",
+    "stale_pending_q",
 ]

@@ -14,8 +14,9 @@ from ledger.models import SideEffect, SideEffectStatus
 from runs.clock import db_now
 from runs.errors import HoldpointError
 from runs.events import append_event
+from runs.leases import lease_ran_out, lease_ran_out_q
 from runs.models import Attempt, Run
-from runs.services._base import lock_run
+from runs.services import lock_run
 from runs.states import AttemptStatus
 
 # Room for the ".undo" suffix of the compensation key within the 255 characters.
@@ -78,8 +79,8 @@ def stale_pending_q(*, now: dt.datetime | None = None, lease_now: dt.datetime | 
     lease_now = lease_now or db_now()
     return Q(status=SideEffectStatus.PENDING) & (
         ~Q(attempt__status=AttemptStatus.RUNNING)
-        | Q(attempt__lease_expires_at__isnull=True)
-        | Q(attempt__lease_expires_at__lte=lease_now)
+        | Q(attempt__lease_expires_at__isnull=True)  # no lease at all
+        | lease_ran_out_q(lease_now, prefix="attempt__")
         | Q(created_at__lte=now - settle_delta())
     )
 
@@ -110,8 +111,19 @@ def lock_effect(operation_id: str) -> tuple[Run, SideEffect]:
     return run, SideEffect.objects.get(pk=operation_id)
 
 
+def _without_reply_body(error: Any) -> Any:
+    # Everyone who may view the run reads its events: what a receiver answered stays on
+    # the side effect, where only people who can act see it (ledger.selectors).
+    if isinstance(error, dict) and isinstance(error.get("details"), dict):
+        details = {k: v for k, v in error["details"].items() if k != "body"}
+        return {**error, "details": details}
+    return error
+
+
 def emit(run: Run, type: str, actor: str, effect: SideEffect, **payload: Any) -> None:
     """Append a side-effect event to the run (locked by the caller) and save its seq."""
+    if "error" in payload:
+        payload["error"] = _without_reply_body(payload["error"])
     append_event(
         run,
         type,
@@ -132,8 +144,7 @@ def attempt_is_live(run: Run, attempt: Attempt, *, lease_now: dt.datetime) -> bo
     return (
         attempt.status == AttemptStatus.RUNNING
         and run.current_attempt_id == attempt.id
-        and attempt.lease_expires_at is not None
-        and attempt.lease_expires_at > lease_now
+        and not lease_ran_out(attempt.lease_expires_at, lease_now)
     )
 
 

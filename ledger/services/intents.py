@@ -33,6 +33,7 @@ from typing import Any, Literal
 from django.db import IntegrityError, transaction
 
 from ledger.models import Reversibility, SideEffect, SideEffectStatus
+from ledger.outbound import redact_request
 from ledger.services._common import (
     check_supplied_key,
     check_text,
@@ -43,7 +44,7 @@ from ledger.tools import ActionFailed, Tool, can_compensate, get_tool
 from runs.errors import HoldpointError
 from runs.models import Attempt, InputRequest, Run
 from runs.schemas import canonical_json
-from runs.services._base import lock_for_worker_write
+from runs.services import lock_for_worker_write
 from runs.states import RequestKind, RequestStatus
 
 Decision = Literal["act", "look_up", "reuse"]
@@ -98,7 +99,10 @@ def action_hash(*, tool: str, target: str, request: Any) -> str:
     The one place this is computed: the ledger compares the hash of what an approval
     showed with the hash of the call about to act, and records it with the approval.
     """
-    canonical = canonical_json({"tool": tool, "target": target, "request": request})
+    # Hashed as the ledger stores and shows it (secret header values redacted), so that a
+    # card and the call it approved hash alike whether or not they carried the secret.
+    shown = redact_request(request)
+    canonical = canonical_json({"tool": tool, "target": target, "request": shown})
     return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
@@ -179,6 +183,23 @@ def approval_for(run: Run, *, step_id: str, tool: str, target: str, request: Any
     )
 
 
+def _validate(the_tool: Tool, method: str, value: Any, *, pointer: str | None) -> None:
+    """Let the tool refuse what can never succeed, before anything is written: a refused
+    destination is ``destination_not_allowed``, anything else ``invalid_input``."""
+    check = getattr(the_tool, method, None)
+    if not callable(check):
+        return
+    try:
+        check(value)
+    except ActionFailed as exc:
+        code = getattr(exc, "code", "invalid_input")
+        extra = {k: v for k, v in exc.details.items() if k in ("host", "address", "header")}
+        if pointer is not None:
+            extra["errors"] = [{"pointer": pointer, "message": exc.message}]
+        what = the_tool.name if pointer is not None else f"{the_tool.name} compensating_action"
+        raise HoldpointError(code, f"{what}: {exc.message}", **extra) from None
+
+
 def _current_record(
     run: Run, *, step_id: str, tool: str, supplied_key: str | None
 ) -> tuple[SideEffect | None, int, str]:
@@ -241,22 +262,20 @@ def side_effect_begin(
     if compensating_action is not None and not isinstance(compensating_action, dict):
         raise HoldpointError("invalid_input", "compensating_action must be a JSON object.")
     effective = effective_reversibility(the_tool, reversibility, compensating_action)
-    validate = getattr(the_tool, "validate", None)
-    if callable(validate):
-        try:
-            validate(request)
-        except ActionFailed as exc:
-            raise HoldpointError(
-                "invalid_input",
-                f"{tool}: {exc.message}",
-                errors=[{"pointer": "/", "message": exc.message}],
-            ) from None
+    _validate(the_tool, "validate", request, pointer="/")
+    if compensating_action is not None:
+        _validate(the_tool, "validate_compensating_action", compensating_action, pointer=None)
     if idempotency_key is not None:
         check_supplied_key(idempotency_key)
     planned = compensating_action
     plan = getattr(the_tool, "plan_compensation", None)
     if planned is None and effective != Reversibility.IRREVERSIBLE and callable(plan):
         planned = plan(request)
+    # Secret headers (Authorization, cookies, API keys…) are never stored: the ledger, its
+    # events and the report keep "[redacted]"; the caller still holds the real request and
+    # hands it to the tool in memory (docs/security.md).
+    request = redact_request(request)
+    planned = redact_request(planned)
 
     fenced = lock_for_worker_write(
         attempt_id=attempt_id,

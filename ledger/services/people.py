@@ -18,7 +18,7 @@ from ledger.services._common import (
 )
 from ledger.tools import ActionFailed, OutcomeUnknown, ToolResult, can_compensate, get_tool
 from runs.errors import HoldpointError
-from runs.services._base import UserLike, actor_for, user_or_none
+from runs.services import UserLike, actor_for, user_or_none
 
 S = SideEffectStatus
 

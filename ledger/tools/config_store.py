@@ -32,7 +32,8 @@ from django.utils import timezone
 
 from ledger.tools import ActionFailed, Outcome, ToolResult
 
-_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+# Matched with fullmatch: "$" would let a name end in a newline.
+_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _VERSIONS = "@v"  # "@" cannot start a segment, so no document collides with it.
 MAX_SEGMENTS = 8
 
@@ -69,7 +70,7 @@ def check_document_name(document: Any) -> str:
     if not isinstance(document, str) or not document:
         raise ActionFailed("document must be a name like 'staging/auth/config'.")
     segments = document.split("/")
-    if len(segments) > MAX_SEGMENTS or not all(_SEGMENT.match(s) for s in segments):
+    if len(segments) > MAX_SEGMENTS or not all(_SEGMENT.fullmatch(s) for s in segments):
         raise ActionFailed(
             f"{document!r} is not a document name: up to {MAX_SEGMENTS} segments of letters, "
             "digits, '.', '_' and '-', separated by '/', each starting with a letter or digit."

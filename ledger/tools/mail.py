@@ -16,7 +16,7 @@ import socket
 from typing import Any
 
 from django.conf import settings
-from django.core.mail import EmailMessage
+from django.core.mail import BadHeaderError, EmailMessage
 
 from ledger.tools import ActionFailed, Outcome, OutcomeUnknown, ToolResult
 
@@ -40,6 +40,14 @@ def message_id_for(idempotency_key: str) -> str:
     return f"<{digest}@{domain}>"
 
 
+def _no_line_breaks(value: str, what: str) -> str:
+    # A line break in a header would start a new header (or the body): refuse it here so
+    # that the request is refused before anything is written or sent.
+    if "\r" in value or "\n" in value or "\x00" in value:
+        raise ActionFailed(f"{what} must be one line: no line breaks.")
+    return value
+
+
 def _addresses(value: Any, what: str, *, required: bool = False) -> list[str]:
     if value is None or value == []:
         if required:
@@ -49,7 +57,7 @@ def _addresses(value: Any, what: str, *, required: bool = False) -> list[str]:
         value = [value]
     if not isinstance(value, list) or not all(isinstance(a, str) and "@" in a for a in value):
         raise ActionFailed(f"{what} must be an address or a list of addresses.")
-    return value
+    return [_no_line_breaks(address, what) for address in value]
 
 
 class EmailTool:
@@ -68,6 +76,12 @@ class EmailTool:
         _addresses(request.get("bcc"), "bcc")
         if not isinstance(request.get("subject"), str) or not request["subject"].strip():
             raise ActionFailed("An e-mail needs a subject.")
+        _no_line_breaks(request["subject"], "subject")
+        sender = request.get("from")
+        if sender is not None and (not isinstance(sender, str) or "@" not in sender):
+            raise ActionFailed("from must be an address.")
+        if sender is not None:
+            _no_line_breaks(sender, "from")
         if not isinstance(request.get("body", ""), str):
             raise ActionFailed("body must be text.")
 
@@ -91,6 +105,9 @@ class EmailTool:
             sent = message.send(fail_silently=False)
         except _REFUSED as exc:
             raise ActionFailed(f"The mail server did not take the message: {exc}") from exc
+        except (BadHeaderError, ValueError) as exc:
+            # The message could not be built (a header Django refuses): nothing was sent.
+            raise ActionFailed(f"The message could not be built: {exc}") from exc
         except (smtplib.SMTPException, OSError) as exc:
             # A dropped connection or a timeout during or after DATA: it may have been sent.
             raise OutcomeUnknown(f"Sending was interrupted: {exc}") from exc

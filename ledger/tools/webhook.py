@@ -12,25 +12,27 @@ Lookup is a configurable GET (``HOLDPOINT_WEBHOOK_LOOKUP_URL``, a template with
 A POST cannot be taken back by us, so the tool is ``irreversible`` by default. An
 agent may declare one call ``compensable`` by giving a compensating action
 ``{"url": …, "body": …}``: compensation POSTs it with its own idempotency key.
+
+Every call (act, look-up, compensation) goes through ``ledger.outbound``: the
+destination policy, the address pinned after the check, no ``Host`` or hop-by-hop
+headers from agents, and limits on the reply. A refused destination is
+``ActionFailed`` (``failed``): nothing was sent. Secret headers (``Authorization``,
+cookies, API keys…) are sent as given but stored redacted, so a compensation run later
+from the stored action goes without them, and a look-up sends none.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
-import socket
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from django.conf import settings
 
+from ledger import outbound
 from ledger.tools import ActionFailed, Outcome, OutcomeUnknown, ToolResult
 
-# The most of a response body kept in the ledger.
-MAX_BODY_BYTES = 64 * 1024
 # Answers after which the receiver may have acted although it did not say so: the work
 # may be done before a 500, a gateway may time out (502/504) while the upstream goes
 # on, 409/425 mean "the same key is still in progress", 408 that the receiver gave up
@@ -38,18 +40,12 @@ MAX_BODY_BYTES = 64 * 1024
 AMBIGUOUS_STATUSES = frozenset({408, 409, 425, 500, 502, 504})
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A redirect would turn the POST into a GET somewhere else; report it instead."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
 @dataclass(frozen=True)
 class _Response:
     status: int
     body: Any
     headers: dict[str, str]
+    truncated: bool = False
 
 
 def _decode(raw: bytes, content_type: str) -> Any:
@@ -77,9 +73,6 @@ class WebhookTool:
         self.reference_field = reference_field
         self._timeout = timeout
         self._lookup_url = lookup_url
-        # No proxies from the environment: a webhook goes where its URL says, and an
-        # unexpected proxy would be one more party that might retry the POST.
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
 
     @property
     def timeout(self) -> float:
@@ -102,12 +95,15 @@ class WebhookTool:
     def validate(self, request: Any) -> None:
         if not isinstance(request, dict):
             raise ActionFailed("A webhook request is an object with a url and a body.")
-        _check_url(request.get("url"))
-        headers = request.get("headers", {})
-        if not isinstance(headers, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
-        ):
-            raise ActionFailed("headers must map names to strings.")
+        outbound.check_request(request.get("url"), request.get("headers"))
+
+    def validate_compensating_action(self, action: Any) -> None:
+        """The compensating action is sent later by whoever compensates (the web process
+        when a person does): its destination and headers are checked now, before the
+        effect is written."""
+        if not isinstance(action, dict) or not action.get("url"):
+            raise ActionFailed("A webhook compensating action is an object with a url.")
+        outbound.check_request(action.get("url"), action.get("headers"))
 
     def plan_compensation(self, request: Any) -> dict[str, Any] | None:
         return None
@@ -148,7 +144,6 @@ class WebhookTool:
         action = side_effect.compensating_action or {}
         if not isinstance(action, dict) or not action.get("url"):
             raise ActionFailed("This webhook call has no compensating action with a url.")
-        _check_url(action["url"])
         body = action.get("body", {})
         if isinstance(body, dict):
             body = {
@@ -163,7 +158,9 @@ class WebhookTool:
             action["url"],
             body=body,
             idempotency_key=side_effect.compensation_idempotency_key,
-            headers=action.get("headers") or {},
+            # The ledger stored the action with its secret headers redacted: the
+            # placeholders are not sent (docs/security.md, "Secrets in webhook headers").
+            headers=outbound.without_redacted(action.get("headers") or {}),
         )
         return self._result(response, side_effect.compensation_idempotency_key)
 
@@ -181,10 +178,10 @@ class WebhookTool:
             # The receiver knows the delivery by its key when it names nothing else.
             or idempotency_key
         )
-        return ToolResult(
-            external_reference=reference[:500],
-            result={"status_code": response.status, "body": body},
-        )
+        result: dict[str, Any] = {"status_code": response.status, "body": body}
+        if response.truncated:
+            result["body_truncated"] = True
+        return ToolResult(external_reference=reference[:500], result=result)
 
     def _send(
         self,
@@ -196,48 +193,22 @@ class WebhookTool:
         headers: dict[str, str] | None = None,
     ) -> _Response:
         all_headers = {"User-Agent": "Holdpoint-webhook/1", "Accept": "application/json"}
-        all_headers.update(headers or {})
+        all_headers.update(outbound.check_headers(headers or {}))
         # Our key always wins over one the request may carry: it is what the ledger recorded.
         all_headers["Idempotency-Key"] = idempotency_key
         data = None
         if body is not None:
             data = json.dumps(body, separators=(",", ":")).encode()
             all_headers["Content-Type"] = "application/json"
-        request = urllib.request.Request(url, data=data, method=method, headers=all_headers)  # noqa: S310 - scheme checked
-        try:
-            with self._opener.open(request, timeout=self.timeout) as response:
-                raw = response.read(MAX_BODY_BYTES)
-                status = response.status
-                response_headers = {k.lower(): v for k, v in response.headers.items()}
-        except urllib.error.HTTPError as exc:
-            raw = exc.read(MAX_BODY_BYTES) if exc.fp is not None else b""
-            status = exc.code
-            response_headers = {k.lower(): v for k, v in (exc.headers or {}).items()}
-        except urllib.error.URLError as exc:
-            raise _classify_network_error(exc.reason, url) from exc
-        except (TimeoutError, OSError, http.client.HTTPException) as exc:
-            raise _classify_network_error(exc, url) from exc
+        reply = outbound.send(method, url, headers=all_headers, body=data, timeout=self.timeout)
+        status, response_headers = reply.status, reply.headers
+        raw = reply.body
         decoded = _decode(raw, response_headers.get("content-type", ""))
         if 200 <= status < 300:
-            return _Response(status=status, body=decoded, headers=response_headers)
+            return _Response(
+                status=status, body=decoded, headers=response_headers, truncated=reply.truncated
+            )
         details = {"status": status, "body": decoded, "url": url}
         if status in AMBIGUOUS_STATUSES or 300 <= status < 400:
             raise OutcomeUnknown(f"{method} {url} answered {status}; it may have acted.", **details)
         raise ActionFailed(f"{method} {url} was refused with {status}.", **details)
-
-
-def _check_url(url: Any) -> None:
-    if not isinstance(url, str) or urlsplit(url).scheme not in {"http", "https"}:
-        raise ActionFailed("url must be an http:// or https:// URL.")
-    if not urlsplit(url).hostname:
-        raise ActionFailed("url must name a host.")
-
-
-def _classify_network_error(reason: Any, url: str) -> Exception:
-    # Refused or unresolvable: nothing was sent, so nothing happened. Anything later
-    # (a timeout while waiting for the answer, a reset) leaves the outcome open.
-    if isinstance(reason, ConnectionRefusedError | socket.gaierror):
-        return ActionFailed(f"Could not reach {url}: {reason}.", url=url)
-    if isinstance(reason, TimeoutError):
-        return OutcomeUnknown(f"No answer from {url} in time; it may have acted.", url=url)
-    return OutcomeUnknown(f"The connection to {url} failed: {reason}.", url=url)

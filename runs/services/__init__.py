@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from runs.services._base import UserLike, actor_for, lock_for_worker_write, lock_run, user_or_none
 from runs.services.control import (
     register_retry_guard,
     retry_blockers,
@@ -11,6 +12,7 @@ from runs.services.control import (
 )
 from runs.services.failures import attempt_fail
 from runs.services.lifecycle import (
+    WORKER_ID_MAX_LENGTH,
     Heartbeat,
     Lease,
     attempt_claim,
@@ -32,8 +34,11 @@ from runs.services.sweeps import (
 )
 
 __all__ = [
+    "WORKER_ID_MAX_LENGTH",
     "Heartbeat",
     "Lease",
+    "UserLike",
+    "actor_for",
     "attempt_claim",
     "attempt_complete",
     "attempt_fail",
@@ -45,6 +50,8 @@ __all__ = [
     "checkpoint_save",
     "history_purge",
     "leases_expire",
+    "lock_for_worker_write",
+    "lock_run",
     "register_retry_guard",
     "register_sweep",
     "requests_expire",
@@ -54,4 +61,5 @@ __all__ = [
     "run_retry",
     "run_start",
     "sweep_all",
+    "user_or_none",
 ]

@@ -14,6 +14,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from runs.clock import row_now, with_db_now
 from runs.errors import HoldpointError
 from runs.events import append_event, notify_work
+from runs.leases import lease_ran_out
 from runs.metrics import STALE_WRITES
 from runs.models import Attempt, Checkpoint, InputRequest, Run
 from runs.states import AttemptStatus, RequestStatus
@@ -108,7 +109,7 @@ def lock_for_worker_write(
             f"The attempt is {attempt.status}; it no longer holds a lease.",
             attempt_status=attempt.status,
         )
-    if attempt.lease_expires_at is not None and attempt.lease_expires_at <= now:
+    if attempt.lease_expires_at is not None and lease_ran_out(attempt.lease_expires_at, now):
         STALE_WRITES.labels("lease_expired").inc()
         raise HoldpointError(
             "stale_worker",
@@ -142,19 +143,28 @@ def queue_attempt(
     return attempt
 
 
-def close_pending_request(run: Run, *, status: str, reason: str, now: Any, actor: str) -> None:
-    """Close the run's open question without an answer, saying why (UX: "Closed: run cancelled")."""
-    if run.pending_request_id is None:
-        return
-    InputRequest.objects.filter(pk=run.pending_request_id, status=RequestStatus.PENDING).update(
+def close_request(
+    run: Run, request_id: str, *, status: str, reason: str, now: Any, actor: str
+) -> None:
+    """Close a pending question of ``run`` (locked by the caller) without an answer, saying
+    why ("Closed: run cancelled"), with its ``request.closed`` event. The one way a question
+    closes unanswered: the inbox and the timeline then tell the same story."""
+    InputRequest.objects.filter(pk=request_id, status=RequestStatus.PENDING).update(
         status=status, closed_reason=reason, closed_at=now
     )
     append_event(
         run,
         "request.closed",
         actor,
-        {"request_id": run.pending_request_id, "status": status, "reason": reason},
+        {"request_id": request_id, "status": status, "reason": reason},
     )
+
+
+def close_pending_request(run: Run, *, status: str, reason: str, now: Any, actor: str) -> None:
+    """Close the run's open question without an answer (``close_request``)."""
+    if run.pending_request_id is None:
+        return
+    close_request(run, run.pending_request_id, status=status, reason=reason, now=now, actor=actor)
     run.pending_request = None
 
 

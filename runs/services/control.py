@@ -17,6 +17,7 @@ from runs.agents import agent_spec
 from runs.clock import db_now
 from runs.errors import HoldpointError
 from runs.events import append_event, notify_cancel
+from runs.leases import lease_ran_out
 from runs.metrics import measured
 from runs.models import Attempt, Checkpoint, InputRequest, Run
 from runs.schemas import validate_value
@@ -212,8 +213,7 @@ def run_cancel(
         run.status == RunStatus.RUNNING
         and attempt is not None
         and attempt.status == AttemptStatus.RUNNING
-        and attempt.lease_expires_at is not None
-        and attempt.lease_expires_at > now
+        and not lease_ran_out(attempt.lease_expires_at, now)
     )
     append_event(
         run,

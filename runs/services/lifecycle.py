@@ -22,8 +22,8 @@ from runs.clock import db_now, row_now, with_db_now
 from runs.errors import HoldpointError
 from runs.events import append_event
 from runs.metrics import measured
-from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent
-from runs.schemas import APPROVAL_SCHEMA, MAX_DEPTH, compile_schema, depth, validate_value
+from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent, claimable_q
+from runs.schemas import APPROVAL_SCHEMA, compile_schema, too_deep, validate_value
 from runs.selectors import APPROVE
 from runs.services._base import (
     UserLike,
@@ -203,6 +203,10 @@ _CLAIMED_ATTEMPT_FIELDS = [
 ]
 
 
+# The worker's events name it "worker:<worker_id>" in RunEvent.actor (200 characters).
+WORKER_ID_MAX_LENGTH = 200 - len("worker:")
+
+
 @transaction.atomic(durable=True)
 def attempt_claim(
     *,
@@ -212,17 +216,17 @@ def attempt_claim(
     worker_token_id: int | None = None,
 ) -> Lease | None:
     """Lease the next due attempt to ``worker_id``. Return the lease, or None when no work is ready."""
-    if not worker_id or len(worker_id) > 200:
-        raise HoldpointError("invalid_input", "worker_id must be 1 to 200 characters.")
+    if not worker_id or len(worker_id) > WORKER_ID_MAX_LENGTH:
+        raise HoldpointError(
+            "invalid_input", f"worker_id must be 1 to {WORKER_ID_MAX_LENGTH} characters."
+        )
     seconds = lease_seconds_or_default(lease_seconds)
     # SKIP LOCKED: concurrent claimers each take a different run instead of queueing
     # behind one another; the partial index run_claimable_idx serves this query. The
     # clock is read in the same statement: "due" and the lease's start are one instant.
     due = Now() if connection.vendor == "postgresql" else timezone.now()
     candidates = with_db_now(
-        Run.objects.select_for_update(skip_locked=True, of=("self",)).filter(
-            status__in=[RunStatus.QUEUED, RunStatus.WAITING], not_before__lte=due
-        )
+        Run.objects.select_for_update(skip_locked=True, of=("self",)).filter(claimable_q(due))
     )
     if agents:
         candidates = candidates.filter(agent__in=agents)
@@ -531,7 +535,7 @@ def attempt_log(
         raise HoldpointError("invalid_input", "message must be 1 to 2,000 characters.")
     if level not in LOG_LEVELS:
         raise HoldpointError("invalid_input", f"level must be one of {', '.join(LOG_LEVELS)}.")
-    if data is not None and (not isinstance(data, dict) or depth(data) > MAX_DEPTH):
+    if data is not None and (not isinstance(data, dict) or too_deep(data)):
         raise HoldpointError("invalid_input", "data must be a JSON object.")
     fenced = lock_for_worker_write(
         attempt_id=attempt_id,

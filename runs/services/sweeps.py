@@ -18,8 +18,10 @@ from django.utils.translation import gettext_noop
 
 from runs.clock import db_now
 from runs.events import append_event, notify_work
+from runs.leases import lease_ran_out, lease_ran_out_q
 from runs.metrics import LEASE_EXPIRIES
 from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent
+from runs.services._base import close_request
 from runs.services.failures import expire_request_locked, fail_locked_for_lost_lease
 from runs.states import HOLDING, TERMINAL, AttemptStatus, RequestStatus, RunStatus, next_status
 
@@ -48,9 +50,9 @@ class SweepReport:
 def leases_expire(*, limit: int = 100) -> int:
     """Mark attempts whose lease ran out ``lost`` and continue or stop their runs."""
     now = db_now()
-    # attempt_lease_expiry_idx serves this: status = 'running' AND lease_expires_at < now.
+    # attempt_lease_expiry_idx serves this: status = 'running' AND lease_expires_at <= now.
     run_ids = list(
-        Attempt.objects.filter(status=AttemptStatus.RUNNING, lease_expires_at__lt=now)
+        Attempt.objects.filter(lease_ran_out_q(now), status=AttemptStatus.RUNNING)
         .order_by("lease_expires_at")
         .values_list("run_id", flat=True)[:limit]
     )
@@ -63,10 +65,8 @@ def leases_expire(*, limit: int = 100) -> int:
             attempt = Attempt.objects.get(pk=run.current_attempt_id)
             now = db_now()
             # Re-check under the lock: the worker may have renewed or finished meanwhile.
-            if (
-                attempt.status != AttemptStatus.RUNNING
-                or attempt.lease_expires_at is None
-                or attempt.lease_expires_at >= now
+            if attempt.status != AttemptStatus.RUNNING or not lease_ran_out(
+                attempt.lease_expires_at, now
             ):
                 continue
             fail_locked_for_lost_lease(run, attempt, now=now)
@@ -96,10 +96,15 @@ def requests_expire(*, limit: int = 100) -> int:
                 continue
             if run.pending_request_id != request.id or run.status not in HOLDING:
                 # Not the run's open question any more; close it so it leaves the inbox.
-                request.status = RequestStatus.CANCELLED
-                request.closed_reason = gettext_noop("Closed: the run moved on")
-                request.closed_at = timezone.now()
-                request.save()
+                close_request(
+                    run,
+                    request.id,
+                    status=RequestStatus.CANCELLED,
+                    reason=gettext_noop("Closed: the run moved on"),
+                    now=timezone.now(),
+                    actor="system:sweeper",
+                )
+                run.save(update_fields=["last_event_seq", "updated_at"])
                 continue
             expire_request_locked(run, request, now=timezone.now())
             run.save()

@@ -13,7 +13,8 @@ the ledger records ``unknown`` and the run stops (``side_effect_unknown``). Then
 - a retry runs the step again: the deliveries already confirmed are reused, not sent
   again; only what did not happen is sent, with the same key as before.
 
-Run ``python manage.py demoreceiver`` for a receiver on http://127.0.0.1:8765.
+Run ``python manage.py demoreceiver`` for a receiver on http://127.0.0.1:8765 (and the
+workers with ``HOLDPOINT_OUTBOUND_ALLOW_LOCAL=true``: loopback is refused by default).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@
     var h = Math.floor((seconds % 86400) / 3600);
     var m = Math.floor((seconds % 3600) / 60);
     var s = seconds % 60;
-    // The same words as runs.views._present.span, which rendered the first value.
+    // The same words as dashboard.present.span, which rendered the first value.
     if (d) return fill(gettext("%(d)sd %(h)sh"), { d: d, h: h });
     if (h) return fill(gettext("%(h)sh %(m)sm"), { h: h, m: m });
     if (m) return fill(gettext("%(m)sm %(s)ss"), { m: m, s: (s < 10 ? "0" : "") + s });

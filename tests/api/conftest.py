@@ -12,7 +12,7 @@ from django.db import close_old_connections
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from runs.authentication import worker_token_create
+from runs.tokens import worker_token_create
 
 
 def client_for(user: User | None) -> APIClient:

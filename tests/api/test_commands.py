@@ -11,8 +11,8 @@ from django.core.management import CommandError, call_command
 from rest_framework.test import APIClient
 
 from runs.agents import agent_spec
-from runs.authentication import hash_token
 from runs.models import DeclaredAgent, WorkerToken
+from runs.tokens import hash_token
 from tests.api.conftest import post
 
 pytestmark = pytest.mark.django_db

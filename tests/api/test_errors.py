@@ -10,10 +10,12 @@ import time_machine
 from django.test import override_settings
 from rest_framework import exceptions
 
+from api.problems import exception_handler, problem_response
 from runs import services
 from runs.errors import ERROR_STATUS, HoldpointError
 from runs.models import IdempotencyRecord, Run
-from runs.problems import exception_handler, json_too_deep, problem_response
+from runs.schemas import MAX_JSON_DEPTH
+from runs.schemas import too_deep as json_too_deep
 from runs.services.control import _retry_guards, register_retry_guard
 from tests.api.conftest import client_for, post
 from tests.runs.factory import claim, epochs, interrupted, snapshot, start
@@ -84,7 +86,7 @@ def test_it_refuses_malformed_json(operator) -> None:
     assert_problem(response, 400, "malformed_request")
 
 
-@pytest.mark.parametrize("depth", [65, 5000, 100_000])
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 5000, 100_000])
 def test_it_refuses_deep_json_before_any_work(operator, depth: int) -> None:
     body = '{"agent": "test-agent", "input": ' + "[" * depth + "]" * depth + "}"
     response = client_for(operator).post(
@@ -96,7 +98,7 @@ def test_it_refuses_deep_json_before_any_work(operator, depth: int) -> None:
 
 def test_it_accepts_json_as_deep_as_the_limit(operator) -> None:
     nested: list = []
-    for _ in range(62):
+    for _ in range(MAX_JSON_DEPTH - 2):
         nested = [nested]
     response = post(client_for(operator), "/api/runs", {"agent": "test-agent", "input": nested})
     # Deep enough to pass the gate, then refused by the agent's schema, not the gate.

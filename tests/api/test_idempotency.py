@@ -402,7 +402,7 @@ def test_it_keeps_worker_keys_apart_from_people(operator) -> None:
 
 
 # Committed data: under ASGI each request gets its own connection (connections are context-local).
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.django_db(transaction=True)
 def test_it_refuses_two_header_lines_as_a_server_delivers_them(operator) -> None:
     from asgiref.sync import async_to_sync
     from asgiref.testing import ApplicationCommunicator

@@ -16,7 +16,7 @@ from tests.runs.factory import start
 
 pytestmark = [
     pytest.mark.postgres,
-    pytest.mark.django_db(transaction=True, serialized_rollback=True),
+    pytest.mark.django_db(transaction=True),
 ]
 
 

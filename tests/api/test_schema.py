@@ -82,6 +82,7 @@ def wsgi_app(keep_test_connection: None) -> Any:
     return get_wsgi_application()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 def test_it_finds_no_server_error_in_the_control_api(
     openapi: dict[str, Any], wsgi_app: Any, admin_user, mode: GenerationMode

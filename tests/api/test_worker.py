@@ -10,8 +10,8 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from runs import services
-from runs.authentication import worker_token_revoke
 from runs.models import Attempt, Run, RunEvent
+from runs.tokens import worker_token_revoke
 from tests.api.conftest import client_for, post, worker_client
 from tests.runs.factory import snapshot, start
 

@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
+from dashboard.views.inbox import PAGE
 from runs.models import InputRequest
-from runs.views.inbox import PAGE
 from tests.browser.conftest import login
 from tests.dashboard.support import ask, more_pending
 

@@ -121,7 +121,7 @@ def test_it_starts_one_run_per_key(client: Client, operator: User) -> None:
 
 
 @pytest.mark.postgres
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.django_db(transaction=True)
 def test_it_resumes_once_when_one_key_races_itself(operator: User) -> None:
     """Two POSTs with one key at the same moment (a double click without JavaScript):
     one resume, and both answers say what that one did."""

@@ -56,7 +56,7 @@ def test_it_shows_the_run_agent_step_kind_context_and_expiry(
     )
     client.force_login(approver)
     card = card_html(client.get("/").content.decode(), req.id)
-    assert run.id in card and "test-agent" in card and "<code>choose</code>" in card
+    assert run.id in card and "test-agent" in card and "<code><bdi>choose</bdi></code>" in card
     assert '<span class="chip chip-input">Input</span>' in card
     assert "auth-gateway" in card and "&quot;v1&quot;: 3" in card
     assert "data-countdown" in card and "Expires in 59m" in card
@@ -244,12 +244,14 @@ def test_it_approves_and_denies_with_the_verb_and_target_on_the_buttons(
     )
     client.force_login(approver)
     card = card_html(client.get("/").content.decode(), req.id)
-    assert "Update staging/auth/config via update_auth_config" in card
+    assert (
+        "<bdi>Update</bdi> <bdi>staging/auth/config</bdi> via <bdi>update_auth_config</bdi>" in card
+    )
     assert '<span class="chip chip-danger">Cannot be undone</span>' in card
-    assert "Approve update_auth_config — cannot be undone" in card
-    assert "Deny update_auth_config" in card
-    assert '<span class="diff-del">-  &quot;ttl&quot;: 3600</span>' in card
-    assert '<span class="diff-add">+  &quot;ttl&quot;: 1800</span>' in card
+    assert "Approve <bdi>update_auth_config</bdi> — cannot be undone" in card
+    assert "Deny <bdi>update_auth_config</bdi>" in card
+    assert '<span class="diff-del"><bdi>-  &quot;ttl&quot;: 3600</bdi></span>' in card
+    assert '<span class="diff-add"><bdi>+  &quot;ttl&quot;: 1800</bdi></span>' in card
     assert "Token v1 must stop working." in card
     # Deny needs a reason; nothing is sent without one.
     response = answer(client, req, {"decision": "deny"}, htmx=True)
@@ -282,7 +284,7 @@ def test_it_denies_with_a_reason(client: Client, approver: User) -> None:
     )
     client.force_login(approver)
     card = card_html(client.get("/").content.decode(), req.id)
-    assert "Approve and run webhook" in card and "btn-primary" in card
+    assert "Approve and run <bdi>webhook</bdi>" in card and "btn-primary" in card
     assert "Can be undone" in card
     response = answer(client, req, {"decision": "deny", "comment": "wrong week"})
     assert response.status_code == 303

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from runs.views._present import DiffLine, context_items, describe_action, expires_text, span
+from dashboard.present import DiffLine, context_items, describe_action, expires_text, span
 
 
 def test_it_titles_an_action_by_its_verb_target_and_name() -> None:

@@ -56,7 +56,7 @@ def test_it_lists_runs_newest_first_with_counts_per_status(client: Client, viewe
 def test_tab_counts_stop_at_a_cap_instead_of_scanning_every_run(
     client: Client, viewer: User, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runs.views import runs as runs_views
+    from dashboard.views import runs as runs_views
 
     monkeypatch.setattr(runs_views, "COUNT_CAP", 2)
     for _ in range(3):
@@ -114,7 +114,7 @@ def test_it_shows_status_epochs_attempts_timeline_and_checkpoints(
     assert f'id="run-{run.id}-status"' in html
     assert "Failed (needs new information)" in html
     assert f'id="run-{run.id}-attempts"' in html and f'id="run-{run.id}-timeline"' in html
-    assert "<code>ValueError</code>" in html and "bad value 42" in html
+    assert "<code><bdi>ValueError</bdi></code>" in html and "bad value 42" in html
     attempt = Attempt.objects.get(run=run)
     assert attempt.error_fingerprint in html
     assert "worker" not in attempt.worker_id or attempt.worker_id in html

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.http import QueryDict
 
-from runs.schema_forms import SchemaForm
+from dashboard.schema_forms import SchemaForm
 from runs.schemas import compile_schema, validation_errors
 
 

@@ -88,6 +88,7 @@ def ids(config_dir: Path) -> dict[str, list[str]]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 def test_it_finds_no_server_error_in_the_ledger_api(
     openapi: dict[str, Any],
@@ -98,7 +99,7 @@ def test_it_finds_no_server_error_in_the_ledger_api(
 ) -> None:
     from django.core.wsgi import get_wsgi_application
 
-    from runs.authentication import worker_token_create
+    from runs.tokens import worker_token_create
 
     app = get_wsgi_application()
     person = client_for(operator)._credentials["HTTP_AUTHORIZATION"]

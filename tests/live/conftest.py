@@ -1,6 +1,6 @@
 """Helpers for the live dashboard's tests: websockets through the real ASGI stack.
 
-Consumers render in threads of their own (``runs.consumers``), with their own database
+Consumers render in threads of their own (``live.consumers``), with their own database
 connections, so these tests commit for real (``transaction=True``): what a consumer
 reads is what another process would read.
 """
@@ -98,7 +98,7 @@ def _pushes_sent() -> Iterator[None]:
     # A push still on its way must not land in the next test. (A socket a failed test left
     # in the group only costs messages nobody reads.)
     yield
-    from runs import broadcast
+    from live import broadcast
 
     broadcast.drain(2.0)
 

@@ -11,7 +11,8 @@ import pytest
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from runs import broadcast, services
+from live import broadcast
+from runs import services
 from runs.events import append_event
 from runs.models import Run
 from tests.live.conftest import db, run
@@ -80,7 +81,7 @@ def test_it_schedules_nothing_for_a_rolled_back_savepoint(
 ) -> None:
     with django_capture_on_commit_callbacks(execute=True):
         kept, rolled_back = start(), start()
-    with (
+    with (  # noqa: PT012 - the rollback is the point
         django_capture_on_commit_callbacks() as callbacks,
         pytest.raises(RuntimeError),
         transaction.atomic(),
@@ -90,7 +91,7 @@ def test_it_schedules_nothing_for_a_rolled_back_savepoint(
     assert batches(callbacks) == []
 
     with django_capture_on_commit_callbacks() as callbacks:
-        with pytest.raises(RuntimeError), transaction.atomic():
+        with pytest.raises(RuntimeError), transaction.atomic():  # noqa: PT012 - the rollback is the point
             log_line(rolled_back, "never happened")
             raise RuntimeError
         log_line(kept, "happened")  # after the rollback: a new batch, with only this run

@@ -10,7 +10,8 @@ import pytest
 from django.contrib.auth.models import Group, Permission, User
 from django.test import Client
 
-from runs import consumers, services
+from live import consumers
+from runs import services
 from runs.groups import ensure_default_groups
 from runs.models import Run
 from tests.live.conftest import db, pushed, run, socket

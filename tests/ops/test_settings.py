@@ -14,8 +14,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``manage.py`` in a subprocess. It never sees the ``DATABASE_URL`` of the developer or CI
+    (a real database that may not exist, and must not be written to): a test that needs
+    PostgreSQL passes the test database's URL (``test_database_url``)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "HOLDPOINT_"))}
     base.pop("SECRET_KEY", None)
+    base.pop("DATABASE_URL", None)
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=ROOT,
@@ -30,6 +34,7 @@ PRODUCTION = {
     "HOLDPOINT_PRODUCTION": "1",
     "SECRET_KEY": secrets.token_urlsafe(64),
     "ALLOWED_HOSTS": "holdpoint.example.com",
+    "HOLDPOINT_METRICS_TOKEN": secrets.token_urlsafe(32),
 }
 
 
@@ -91,13 +96,29 @@ print(pool.max_size if pool else 0, len(set(pids)))
 """
 
 
+@pytest.fixture
+def test_database_url(django_db_setup: None) -> str:
+    """The URL of pytest-django's test database (``test_<name>``), for subprocesses."""
+    from django.db import connection
+
+    db = connection.settings_dict
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL")
+    return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
 @pytest.mark.postgres
 @pytest.mark.parametrize(("size", "most_sessions"), [("2", 2), ("0", 6)])
 def test_database_pool_size_reuses_server_sessions(
-    tmp_path: Path, size: str, most_sessions: int
+    tmp_path: Path, size: str, most_sessions: int, test_database_url: str
 ) -> None:
     result = manage(
-        "shell", "-c", BACKENDS, HOLDPOINT_VAR_DIR=str(tmp_path), DATABASE_POOL_SIZE=size
+        "shell",
+        "-c",
+        BACKENDS,
+        HOLDPOINT_VAR_DIR=str(tmp_path),
+        DATABASE_POOL_SIZE=size,
+        DATABASE_URL=test_database_url,
     )
     assert result.returncode == 0, result.stderr
     max_size, sessions = (int(v) for v in result.stdout.split()[-2:])

@@ -235,6 +235,7 @@ class RunLifecycle(RuleBasedStateMachine):
         assert run.current_attempt_id == (newest.id if newest else None)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_it_keeps_the_run_lifecycle_invariants() -> None:
     RunLifecycle.TestCase.settings = settings(

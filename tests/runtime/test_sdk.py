@@ -67,7 +67,7 @@ def test_steps_register_by_name_and_the_first_one_starts(make_agent) -> None:
 
 
 def test_a_name_is_required() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="1 to 100 characters"):
         Agent(name="")
 
 

@@ -8,8 +8,8 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.validators import validate_slug
 
-from runs.authentication import worker_token_create, worker_token_revoke
 from runs.models import WorkerToken
+from runs.tokens import worker_token_create, worker_token_revoke
 
 
 class Command(BaseCommand):

@@ -22,7 +22,9 @@ class Command(BaseCommand):
         receiver = DemoReceiver(options["host"], options["port"]).start()
         self.stdout.write(
             f"demo receiver on {receiver.url}\n"
-            f"  export HOLDPOINT_WEBHOOK_LOOKUP_URL='{receiver.lookup_url()}'"
+            f"  export HOLDPOINT_WEBHOOK_LOOKUP_URL='{receiver.lookup_url()}'\n"
+            # Workers refuse loopback destinations unless told otherwise (ledger/outbound.py).
+            "  export HOLDPOINT_OUTBOUND_ALLOW_LOCAL=true   # for the workers that post here"
         )
         self.stdout.flush()
         stop = threading.Event()

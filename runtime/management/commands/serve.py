@@ -49,6 +49,11 @@ class Command(BaseCommand):
         if not options["no_migrate"]:
             call_command("migrate", interactive=False, verbosity=0)
         demo = not options["no_demo"] and not settings.PRODUCTION
+        if demo:
+            # The demo runs post to the demo receiver on loopback, which the outbound
+            # guard refuses by default (ledger/outbound.py): allow local destinations
+            # for this demo process only, and say so.
+            settings.HOLDPOINT_OUTBOUND_ALLOW_LOCAL = True
         receiver = DemoReceiver("127.0.0.1", options["receiver_port"]).start()
         stop = threading.Event()
         pool = WorkerPool(options["workers"], stop_event=stop).start()
@@ -110,6 +115,8 @@ class Command(BaseCommand):
             f"for {', '.join(pool.agents)}",
             f"  demo webhook receiver: {receiver.url}",
         ]
+        if settings.HOLDPOINT_OUTBOUND_ALLOW_LOCAL:
+            lines.append("  outbound calls may reach local addresses (demo)")
         if password:
             lines += [
                 "  accounts (shown once; change with `python manage.py changepassword NAME`):",

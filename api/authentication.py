@@ -1,0 +1,214 @@
+"""Authentication for the two APIs.
+
+People and scripts use the control API with a session (browser, CSRF enforced) or
+a DRF token (``Authorization: Token …``, ``manage.py drf_create_token USER``).
+Workers use the worker API with a worker token (``Authorization: Bearer hpw_…``,
+``manage.py workertoken create NAME``). The two never mix: a worker token opens
+no control endpoint and a person's token opens no worker endpoint.
+
+Reuse for other worker endpoints (the ledger's side effects)::
+
+    class SideEffectBeginApi(APIView):
+        authentication_classes = [WorkerTokenAuthentication]
+        permission_classes = [IsWorker]
+
+``request.user`` is then a ``WorkerPrincipal`` (``.name``, ``.principal``) and
+``request.auth`` the ``WorkerToken`` row.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from rest_framework import exceptions
+from rest_framework.authentication import (
+    BaseAuthentication,
+    SessionAuthentication,
+    TokenAuthentication,
+    get_authorization_header,
+)
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+
+from runs.models import WorkerToken
+from runs.ratelimit import (
+    anonymous_hit,
+    auth_failure_record,
+    auth_failures_blocked,
+    client_address,
+)
+from runs.tokens import hash_token
+
+KEYWORD = b"bearer"
+# last_used_at is written at most this often per token, not on every heartbeat.
+_LAST_USED_RESOLUTION = dt.timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class WorkerPrincipal:
+    """The worker behind a worker token; stands in ``request.user`` on the worker API."""
+
+    name: str
+
+    is_authenticated = True
+    is_anonymous = False
+    is_active = True
+    is_staff = False
+
+    @property
+    def pk(self) -> str:
+        return self.name
+
+    @property
+    def principal(self) -> str:
+        """The scope of this worker's Idempotency-Keys."""
+        return f"worker:{self.name}"
+
+    def has_perm(self, perm: str, obj: Any = None) -> bool:
+        return False  # Workers hold no permission of the control API.
+
+    def get_username(self) -> str:
+        return f"worker:{self.name}"
+
+    def __str__(self) -> str:
+        return self.get_username()
+
+
+_BLOCKED = "Too many failed authentications from this address; try again in {wait} seconds."
+
+
+def _presents(request: Request, keyword: bytes) -> bool:
+    parts = get_authorization_header(request).split()
+    return bool(parts) and parts[0].lower() == keyword
+
+
+class FailureCountingMixin:
+    """Count credentials that fail, per client address; refuse an address over
+    ``HOLDPOINT_THROTTLE_AUTH_FAILURES`` with 429 ``throttled`` before looking its token up,
+    until the window ends. Guessing tokens is hopeless (256 random bits), but a client
+    that keeps trying is told to stop instead of being answered at full speed."""
+
+    presented_keyword: bytes
+
+    def _guarded(self, request: Request, check: Any) -> Any:
+        if not _presents(request, self.presented_keyword):
+            return check()
+        address = client_address(request)
+        wait = auth_failures_blocked(address)
+        if wait is not None:
+            raise exceptions.Throttled(wait=wait, detail=_BLOCKED.format(wait=wait))
+        try:
+            return check()
+        except exceptions.AuthenticationFailed:
+            auth_failure_record(address)
+            raise
+
+
+class ThrottledTokenAuthentication(FailureCountingMixin, TokenAuthentication):
+    """DRF's ``Authorization: Token …`` (people and scripts), with failures counted."""
+
+    presented_keyword = b"token"
+
+    def authenticate(self, request: Request) -> Any:
+        return self._guarded(request, lambda: TokenAuthentication.authenticate(self, request))
+
+
+class WorkerTokenAuthentication(FailureCountingMixin, BaseAuthentication):
+    """``Authorization: Bearer hpw_…`` against the hashed, unrevoked worker tokens."""
+
+    presented_keyword = KEYWORD
+
+    def authenticate(self, request: Request) -> tuple[WorkerPrincipal, WorkerToken] | None:
+        result: tuple[WorkerPrincipal, WorkerToken] | None = self._guarded(
+            request, lambda: self._authenticate(request)
+        )
+        return result
+
+    def _authenticate(self, request: Request) -> tuple[WorkerPrincipal, WorkerToken] | None:
+        parts = get_authorization_header(request).split()
+        if not parts or parts[0].lower() != KEYWORD:
+            return None
+        if len(parts) != 2:
+            raise exceptions.AuthenticationFailed("The Bearer header takes exactly one token.")
+        try:
+            secret = parts[1].decode("ascii")
+        except UnicodeDecodeError:
+            raise exceptions.AuthenticationFailed("The token is not ASCII.") from None
+        token = WorkerToken.objects.filter(
+            token_hash=hash_token(secret), revoked_at__isnull=True
+        ).first()
+        if token is None:
+            raise exceptions.AuthenticationFailed("Unknown or revoked worker token.")
+        now = timezone.now()
+        if token.last_used_at is None or now - token.last_used_at > _LAST_USED_RESOLUTION:
+            WorkerToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        return WorkerPrincipal(name=token.name), token
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="holdpoint-worker"'
+
+
+class AnonymousRateAuthentication(BaseAuthentication):
+    """The last authenticator: no credentials claimed the request, so count it against the
+    client's address (``HOLDPOINT_THROTTLE_ANON``) here, before a permission check answers
+    401. DRF checks permissions before throttles, so a throttle alone would never see an
+    anonymous request to a protected endpoint. Authenticates nobody."""
+
+    def authenticate(self, request: Request) -> None:
+        # Credentials this endpoint does not take (a person's token on the worker API, a
+        # worker's on the control API) count as a failure and meet the block of an address
+        # that keeps failing.
+        if get_authorization_header(request):
+            address = client_address(request)
+            blocked = auth_failures_blocked(address)
+            if blocked is not None:
+                raise exceptions.Throttled(wait=blocked, detail=_BLOCKED.format(wait=blocked))
+            auth_failure_record(address)
+        wait = anonymous_hit(request)
+        if wait is not None:
+            raise exceptions.Throttled(wait=wait)
+        return None
+
+
+class IsWorker(BasePermission):
+    """Only a request authenticated by a worker token passes."""
+
+    message = "This endpoint is for workers; authenticate with a worker token."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return isinstance(request.user, WorkerPrincipal) and isinstance(request.auth, WorkerToken)
+
+
+class CsrfSessionAuthentication(SessionAuthentication):
+    """Session authentication whose CSRF refusal carries its own code (``csrf_failed``)."""
+
+    def enforce_csrf(self, request: Request) -> None:
+        try:
+            super().enforce_csrf(request)
+        except exceptions.PermissionDenied as exc:
+            raise exceptions.PermissionDenied(str(exc.detail), code="csrf_failed") from None
+
+
+class WorkerTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "api.authentication.WorkerTokenAuthentication"
+    name = "workerToken"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A worker token from `python manage.py workertoken create NAME`.",
+        }
+
+
+class CsrfSessionScheme(OpenApiAuthenticationExtension):
+    target_class = "api.authentication.CsrfSessionAuthentication"
+    name = "cookieAuth"
+    priority = -1
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
+        return {"type": "apiKey", "in": "cookie", "name": "sessionid"}

@@ -1,0 +1,98 @@
+"""Pieces every API view shares: permission checks, input validation, schema documentation."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from rest_framework import serializers
+
+from api.problems import CONTENT_TYPE
+from api.serializers import ProblemSerializer
+from runs.errors import ERROR_STATUS, HoldpointError
+
+# Refusals any authenticated endpoint can give, documented on every operation.
+AUTH_CODES = (
+    "not_authenticated",
+    "authentication_failed",
+    "permission_denied",
+    "csrf_failed",
+    "throttled",
+)
+# Refusals of any endpoint that reads a JSON body, before the view runs.
+BODY_CODES = ("malformed_request", "payload_too_large", "unsupported_media_type", "invalid_input")
+
+
+def require_perm(user: Any, perm: str) -> None:
+    """Refuse with 403 unless ``user`` holds ``perm`` (collections: there is nothing to hide)."""
+    if not user.has_perm(perm):
+        raise PermissionDenied(f"You do not have the {perm.split('.')[1]} permission.")
+
+
+def validated(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
+    """Validate ``data``; a failure is a 422 ``invalid_input`` listing each failing pointer."""
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+@contextmanager
+def pointers_under(prefix: str) -> Iterator[None]:
+    """Make the JSON pointers of a service's ``invalid_input`` point into the request body.
+
+    Services check a value (an input, an answer) and point into it (``/n``); the API
+    client sent that value as a member of its body (``/input/n``).
+    """
+    try:
+        yield
+    except HoldpointError as exc:
+        if exc.code == "invalid_input" and isinstance(exc.extra.get("errors"), list):
+            exc.extra["errors"] = [
+                {**error, "pointer": prefix + (error["pointer"] if error["pointer"] != "/" else "")}
+                for error in exc.extra["errors"]
+            ]
+        raise
+
+
+def problems(*codes: str) -> dict[Any, OpenApiResponse]:
+    """Schema responses for ``codes``, grouped by status, each ``application/problem+json``."""
+    by_status: dict[int, list[str]] = defaultdict(list)
+    for code in dict.fromkeys(codes):
+        by_status[ERROR_STATUS[code]].append(code)
+    return {
+        (status, CONTENT_TYPE): OpenApiResponse(
+            response=ProblemSerializer,
+            description="Problem details; `code` is one of: "
+            + ", ".join(f"`{c}`" for c in sorted(found)),
+        )
+        for status, found in sorted(by_status.items())
+    }
+
+
+def idempotency_key_parameter(*, required: bool) -> OpenApiParameter:
+    return OpenApiParameter(
+        name="Idempotency-Key",
+        type=OpenApiTypes.STR,
+        location=OpenApiParameter.HEADER,
+        required=required,
+        description=(
+            "1-255 printable ASCII characters, bare or as a quoted string. The same key with "
+            "the same request replays the first answer (header `Idempotent-Replayed: true`); "
+            "with a different request it is a 422; while the first is running, a 409 with "
+            "`Retry-After`. Keys are kept per principal for "
+            "HOLDPOINT_IDEMPOTENCY_RETENTION_SECONDS (24 h)."
+        ),
+    )
+
+
+IDEMPOTENCY_CODES = (
+    "idempotency_key_missing",
+    "idempotency_key_malformed",
+    "idempotency_key_reused",
+    "idempotency_in_progress",
+)

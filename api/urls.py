@@ -1,0 +1,97 @@
+"""Routes of the JSON API, mounted under ``/api/`` by ``config/urls.py``: the control API,
+the worker API, and the side-effect ledger's endpoints."""
+
+from __future__ import annotations
+
+from django.urls import URLPattern, URLResolver, path
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework.permissions import AllowAny
+
+from api import control, reads, side_effects, worker
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path(
+        "schema",
+        SpectacularAPIView.as_view(permission_classes=[AllowAny], authentication_classes=[]),
+        name="api-schema",
+    ),
+    path("agents", reads.AgentListApi.as_view(), name="api-agents"),
+    path("runs", control.RunCollectionApi.as_view(), name="api-runs"),
+    path("runs/<str:run_id>", reads.RunDetailApi.as_view(), name="api-run"),
+    path("runs/<str:run_id>/attempts", reads.RunAttemptListApi.as_view(), name="api-run-attempts"),
+    path("runs/<str:run_id>/events", reads.RunEventListApi.as_view(), name="api-run-events"),
+    path(
+        "runs/<str:run_id>/checkpoints",
+        reads.RunCheckpointListApi.as_view(),
+        name="api-run-checkpoints",
+    ),
+    path("runs/<str:run_id>/resume", control.RunResumeApi.as_view(), name="api-run-resume"),
+    path("runs/<str:run_id>/cancel", control.RunCancelApi.as_view(), name="api-run-cancel"),
+    path("runs/<str:run_id>/retry", control.RunRetryApi.as_view(), name="api-run-retry"),
+    path("input-requests", reads.InputRequestListApi.as_view(), name="api-input-requests"),
+    # The worker API: worker tokens only.
+    path("worker/claim", worker.WorkerClaimApi.as_view(), name="api-worker-claim"),
+    path(
+        "worker/attempts/<str:attempt_id>/heartbeat",
+        worker.WorkerHeartbeatApi.as_view(),
+        name="api-worker-heartbeat",
+    ),
+    path(
+        "worker/attempts/<str:attempt_id>/release",
+        worker.WorkerReleaseApi.as_view(),
+        name="api-worker-release",
+    ),
+    path(
+        "worker/attempts/<str:attempt_id>/checkpoint",
+        worker.WorkerCheckpointApi.as_view(),
+        name="api-worker-checkpoint",
+    ),
+    path(
+        "worker/attempts/<str:attempt_id>/interrupt",
+        worker.WorkerInterruptApi.as_view(),
+        name="api-worker-interrupt",
+    ),
+    path(
+        "worker/attempts/<str:attempt_id>/complete",
+        worker.WorkerCompleteApi.as_view(),
+        name="api-worker-complete",
+    ),
+    path(
+        "worker/attempts/<str:attempt_id>/fail",
+        worker.WorkerFailApi.as_view(),
+        name="api-worker-fail",
+    ),
+    # The side-effect ledger: reads, people's actions, and the workers' begin/outcome.
+    path(
+        "runs/<str:run_id>/side-effects",
+        side_effects.RunSideEffectListApi.as_view(),
+        name="api-run-side-effects",
+    ),
+    path("runs/<str:run_id>/report", side_effects.RunReportApi.as_view(), name="api-run-report"),
+    path("side-effects", side_effects.SideEffectListApi.as_view(), name="api-side-effects"),
+    path(
+        "side-effects/<str:operation_id>",
+        side_effects.SideEffectDetailApi.as_view(),
+        name="api-side-effect",
+    ),
+    path(
+        "side-effects/<str:operation_id>/reconcile",
+        side_effects.SideEffectReconcileApi.as_view(),
+        name="api-side-effect-reconcile",
+    ),
+    path(
+        "side-effects/<str:operation_id>/compensate",
+        side_effects.SideEffectCompensateApi.as_view(),
+        name="api-side-effect-compensate",
+    ),
+    path(
+        "worker/attempts/<str:attempt_id>/side-effects",
+        side_effects.WorkerSideEffectBeginApi.as_view(),
+        name="api-worker-side-effect-begin",
+    ),
+    path(
+        "worker/side-effects/<str:operation_id>/outcome",
+        side_effects.WorkerSideEffectOutcomeApi.as_view(),
+        name="api-worker-side-effect-outcome",
+    ),
+]

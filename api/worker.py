@@ -1,0 +1,449 @@
+"""The worker API: an agent written in any language holds leases over HTTP.
+
+Authenticated by worker tokens only (``Authorization: Bearer hpw_…``). Each endpoint
+calls the same service as the in-process Python worker, so both obey the same
+fence (DESIGN.md section 3): a write whose ``cancel_epoch`` is old gets 409
+``stale_after_cancel``, one whose ``lease_epoch`` is old (or whose lease ran out)
+409 ``stale_worker``, and a refused write changes nothing. Heartbeat and release
+are fenced by ``lease_epoch`` only.
+
+The protocol::
+
+    POST /api/worker/claim                      -> 200 lease | 204 nothing to do
+    POST /api/worker/attempts/{id}/heartbeat    every lease_seconds / 3
+    POST /api/worker/attempts/{id}/checkpoint   at step boundaries
+    POST /api/worker/attempts/{id}/interrupt    at a hold point (then stop)
+    POST /api/worker/attempts/{id}/complete | fail | release
+
+The ledger adds two routes here with the same authentication (``WorkerTokenAuthentication``
++ ``IsWorker``): ``POST /api/worker/attempts/{id}/side-effects`` ({…epochs, step_id,
+tool, idempotency_key, target, request, reversibility, compensating_action} ->
+decision act | look_up | reuse; fenced, as starting an action is an intention) and
+``POST /api/worker/side-effects/{operation_id}/outcome`` ({status,
+external_reference?, result?, error?}; never fenced: an outcome is a fact).
+
+An attempt is bound to the worker token that claimed it: every write about it (the
+fenced ones, heartbeat and release) from another token gets 409 ``not_your_lease``
+and changes nothing.
+
+Writes take an optional Idempotency-Key (scoped to the worker token's name): a
+worker that lost a response retries with the same key and gets the same answer
+instead of a ``stale_worker`` for its own earlier success.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from django.http import HttpResponse
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from api.authentication import AnonymousRateAuthentication, IsWorker, WorkerTokenAuthentication
+from api.base import BODY_CODES, idempotency_key_parameter, problems, validated
+from api.idempotency import IdempotentMixin
+from api.serializers import CheckpointSerializer, InputRequestSerializer, utc
+from runs import services
+from runs.models import Run, WorkerToken
+from runs.states import RequestKind
+
+WORKER_AUTH_CODES = ("not_authenticated", "authentication_failed", "permission_denied", "throttled")
+FENCE_CODES = ("stale_after_cancel", "stale_worker", "not_your_lease", "not_found")
+KEY_CODES = ("idempotency_key_malformed", "idempotency_key_reused", "idempotency_in_progress")
+
+
+def token_id(request: Request) -> int:
+    """The id of the worker token the request came with (``IsWorker`` made sure of one)."""
+    assert isinstance(request.auth, WorkerToken)
+    return request.auth.pk
+
+
+class WorkerApiView(IdempotentMixin, APIView):
+    # Without a worker token a request is counted as anonymous (per address) before IsWorker
+    # refuses it.
+    authentication_classes = [WorkerTokenAuthentication, AnonymousRateAuthentication]
+    permission_classes = [IsWorker]
+    idempotency_required = False
+
+
+# --- Representations --------------------------------------------------------------------------
+
+
+class ResumeFromSerializer(serializers.Serializer):
+    checkpoint_id = serializers.CharField()
+    step = serializers.CharField()
+    state = serializers.JSONField()
+    number = serializers.IntegerField()
+
+
+class ResumeRequestSerializer(serializers.Serializer):
+    request_id = serializers.CharField()
+    kind = serializers.ChoiceField(choices=RequestKind.choices)
+    step_id = serializers.CharField()
+    answer = serializers.JSONField(allow_null=True)
+    answered_by = serializers.CharField(allow_null=True)
+    action = serializers.JSONField(
+        allow_null=True,
+        help_text="What an approval showed (tool, target, change); it covers that action only.",
+    )
+
+
+class LeaseSerializer(serializers.Serializer):
+    attempt_id = serializers.CharField()
+    run_id = serializers.CharField()
+    agent = serializers.CharField()
+    number = serializers.IntegerField()
+    reason = serializers.CharField()
+    worker_id = serializers.CharField()
+    lease_epoch = serializers.IntegerField()
+    cancel_epoch = serializers.IntegerField()
+    lease_seconds = serializers.FloatField()
+    heartbeat_seconds = serializers.FloatField(help_text="Renew at least this often.")
+    lease_expires_at = serializers.CharField()
+    input = serializers.JSONField()
+    approvals = serializers.ListField(child=serializers.CharField())
+    resume_from = ResumeFromSerializer(allow_null=True)
+    resume_request = ResumeRequestSerializer(allow_null=True)
+
+
+class HeartbeatSerializer(serializers.Serializer):
+    lease_expires_at = serializers.CharField()
+    cancel_requested = serializers.BooleanField()
+
+
+class RunStateSerializer(serializers.Serializer):
+    run_id = serializers.CharField()
+    status = serializers.CharField()
+    failure_class = serializers.CharField()
+    cancel_epoch = serializers.IntegerField()
+    lease_epoch = serializers.IntegerField()
+
+
+def lease_data(lease: services.Lease) -> dict[str, Any]:
+    data = dataclasses.asdict(lease)
+    data["lease_expires_at"] = utc(lease.lease_expires_at)
+    data["heartbeat_seconds"] = round(lease.lease_seconds / 3, 3)
+    return data
+
+
+def run_state(run: Run) -> dict[str, Any]:
+    return {
+        "run_id": run.pk,
+        "status": run.status,
+        "failure_class": run.failure_class,
+        "cancel_epoch": run.cancel_epoch,
+        "lease_epoch": run.lease_epoch,
+    }
+
+
+# --- Inputs ------------------------------------------------------------------------------------
+
+
+class LeaseInput(serializers.Serializer):
+    lease_epoch = serializers.IntegerField(min_value=0)
+
+
+class FencedInput(LeaseInput):
+    cancel_epoch = serializers.IntegerField(min_value=0)
+    cost = serializers.FloatField(
+        min_value=0, required=False, allow_null=True, help_text="The attempt's cost so far."
+    )
+
+
+def _write_schema(request: type[serializers.Serializer], ok: Any, *codes: str) -> Any:
+    return extend_schema(
+        tags=["worker"],
+        request=request,
+        parameters=[idempotency_key_parameter(required=False)],
+        responses={**ok, **problems(*WORKER_AUTH_CODES, *BODY_CODES, *KEY_CODES, *codes)},
+    )
+
+
+# --- Endpoints ---------------------------------------------------------------------------------
+
+
+class WorkerClaimApi(WorkerApiView):
+    """Lease the next due attempt: the lease, the checkpoint to resume from, the answer."""
+
+    class InputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "WorkerClaimInput"
+
+        worker_id = serializers.CharField(max_length=services.WORKER_ID_MAX_LENGTH)
+        agents = serializers.ListField(
+            child=serializers.CharField(max_length=100), required=False, max_length=1000
+        )
+        lease_seconds = serializers.FloatField(min_value=0.1, max_value=3600, required=False)
+
+    @extend_schema(
+        tags=["worker"],
+        request=InputSerializer,
+        parameters=[idempotency_key_parameter(required=False)],
+        responses={
+            200: LeaseSerializer,
+            204: OpenApiResponse(description="No attempt is due; wait and claim again."),
+            **problems(*WORKER_AUTH_CODES, *BODY_CODES, *KEY_CODES),
+        },
+    )
+    def post(self, request: Request) -> HttpResponse:
+        self.idempotency_key(request)
+        data = validated(self.InputSerializer, request.data)
+
+        def claim() -> Response:
+            lease = services.attempt_claim(
+                worker_token_id=token_id(request),
+                worker_id=data["worker_id"],
+                agents=data.get("agents") or None,
+                lease_seconds=data.get("lease_seconds"),
+            )
+            if lease is None:
+                return Response(status=204)
+            return Response(lease_data(lease))
+
+        return self.idempotent(request, claim)
+
+
+class WorkerHeartbeatApi(WorkerApiView):
+    """Renew the lease; the answer says whether the run was cancelled (then release)."""
+
+    class InputSerializer(LeaseInput):
+        class Meta:
+            ref_name = "WorkerHeartbeatInput"
+
+        cancel_epoch = serializers.IntegerField(
+            min_value=0, required=False, help_text="Accepted; heartbeats are not fenced by it."
+        )
+        lease_seconds = serializers.FloatField(min_value=0.1, max_value=3600, required=False)
+        cost = serializers.FloatField(min_value=0, required=False, allow_null=True)
+
+    @_write_schema(
+        InputSerializer, {200: HeartbeatSerializer}, "stale_worker", "not_your_lease", "not_found"
+    )
+    def post(self, request: Request, attempt_id: str) -> HttpResponse:
+        self.idempotency_key(request)
+        data = validated(self.InputSerializer, request.data)
+
+        def beat() -> Response:
+            heartbeat = services.attempt_heartbeat(
+                worker_token_id=token_id(request),
+                attempt_id=attempt_id,
+                lease_epoch=data["lease_epoch"],
+                lease_seconds=data.get("lease_seconds"),
+                cost=data.get("cost"),
+            )
+            return Response(
+                {
+                    "lease_expires_at": utc(heartbeat.lease_expires_at),
+                    "cancel_requested": heartbeat.cancel_requested,
+                }
+            )
+
+        return self.idempotent(request, beat)
+
+
+class WorkerReleaseApi(WorkerApiView):
+    """Give the lease back: ``cancelled`` acknowledges a cancel (the run becomes
+    ``cancelled``), ``shutdown`` queues a new attempt from the latest checkpoint at once."""
+
+    class InputSerializer(LeaseInput):
+        class Meta:
+            ref_name = "WorkerReleaseInput"
+
+        reason = serializers.ChoiceField(choices=["cancelled", "shutdown"])
+        cancel_epoch = serializers.IntegerField(min_value=0, required=False)
+
+    @_write_schema(
+        InputSerializer,
+        {200: RunStateSerializer},
+        "stale_worker",
+        "not_your_lease",
+        "not_found",
+        "invalid_state",
+    )
+    def post(self, request: Request, attempt_id: str) -> HttpResponse:
+        self.idempotency_key(request)
+        data = validated(self.InputSerializer, request.data)
+        return self.idempotent(
+            request,
+            lambda: Response(
+                run_state(
+                    services.attempt_release(
+                        worker_token_id=token_id(request),
+                        attempt_id=attempt_id,
+                        lease_epoch=data["lease_epoch"],
+                        reason=data["reason"],
+                    )
+                )
+            ),
+        )
+
+
+class WorkerCheckpointApi(WorkerApiView):
+    """Save an immutable snapshot of agent state; ``step`` names the step to run next."""
+
+    class InputSerializer(FencedInput):
+        class Meta:
+            ref_name = "WorkerCheckpointInput"
+
+        step = serializers.CharField(max_length=100)
+        state = serializers.JSONField()
+
+    @_write_schema(InputSerializer, {201: CheckpointSerializer}, *FENCE_CODES)
+    def post(self, request: Request, attempt_id: str) -> HttpResponse:
+        self.idempotency_key(request)
+        data = validated(self.InputSerializer, request.data)
+        return self.idempotent(
+            request,
+            lambda: Response(
+                CheckpointSerializer(
+                    services.checkpoint_save(
+                        worker_token_id=token_id(request),
+                        attempt_id=attempt_id,
+                        lease_epoch=data["lease_epoch"],
+                        cancel_epoch=data["cancel_epoch"],
+                        step=data["step"],
+                        state=data["state"],
+                        cost=data.get("cost"),
+                    )
+                ).data,
+                status=201,
+            ),
+        )
+
+
+class WorkerInterruptApi(WorkerApiView):
+    """Stop at a hold point on the latest checkpoint: persist the question, end the attempt.
+
+    ``accepted_schema`` is JSON Schema or the compact form ``{"versions": "string[]"}``;
+    an ``auth_required`` request takes ``action`` (tool, target, planned change,
+    reversibility) and always the approval schema ``{decision, comment}``.
+    """
+
+    class InputSerializer(FencedInput):
+        class Meta:
+            ref_name = "WorkerInterruptInput"
+
+        checkpoint_id = serializers.CharField(max_length=40)
+        kind = serializers.ChoiceField(choices=RequestKind.choices)
+        prompt = serializers.CharField(max_length=10_000)
+        accepted_schema = serializers.JSONField(required=False, allow_null=True)
+        expires_in = serializers.FloatField(required=False, allow_null=True)
+        expires_at = serializers.DateTimeField(required=False, allow_null=True)
+        # The metaclass takes declared fields off the class; "context" does not shadow it.
+        context = serializers.JSONField(required=False, allow_null=True)  # type: ignore[assignment]
+        reason = serializers.CharField(max_length=2000, required=False, allow_blank=True)
+        step_id = serializers.CharField(max_length=100, required=False, allow_blank=True)
+        action = serializers.JSONField(required=False, allow_null=True)
+
+    @_write_schema(InputSerializer, {201: InputRequestSerializer}, *FENCE_CODES, "stale_checkpoint")
+    def post(self, request: Request, attempt_id: str) -> HttpResponse:
+        self.idempotency_key(request)
+        data = validated(self.InputSerializer, request.data)
+        return self.idempotent(
+            request,
+            lambda: Response(
+                InputRequestSerializer(
+                    services.attempt_interrupt(
+                        worker_token_id=token_id(request),
+                        attempt_id=attempt_id,
+                        lease_epoch=data["lease_epoch"],
+                        cancel_epoch=data["cancel_epoch"],
+                        checkpoint_id=data["checkpoint_id"],
+                        kind=data["kind"],
+                        prompt=data["prompt"],
+                        accepted_schema=data.get("accepted_schema"),
+                        expires_in=data.get("expires_in"),
+                        expires_at=data.get("expires_at"),
+                        context=data.get("context"),
+                        reason=data.get("reason", ""),
+                        step_id=data.get("step_id", ""),
+                        action=data.get("action"),
+                        cost=data.get("cost"),
+                    )
+                ).data,
+                status=201,
+            ),
+        )
+
+
+class WorkerCompleteApi(WorkerApiView):
+    """The attempt finished: record the result; the run succeeds."""
+
+    class InputSerializer(FencedInput):
+        class Meta:
+            ref_name = "WorkerCompleteInput"
+
+        result = serializers.JSONField(allow_null=True)
+
+    @_write_schema(InputSerializer, {200: RunStateSerializer}, *FENCE_CODES)
+    def post(self, request: Request, attempt_id: str) -> HttpResponse:
+        self.idempotency_key(request)
+        data = validated(self.InputSerializer, request.data)
+        return self.idempotent(
+            request,
+            lambda: Response(
+                run_state(
+                    services.attempt_complete(
+                        worker_token_id=token_id(request),
+                        attempt_id=attempt_id,
+                        lease_epoch=data["lease_epoch"],
+                        cancel_epoch=data["cancel_epoch"],
+                        result=data["result"],
+                        cost=data.get("cost"),
+                    )
+                )
+            ),
+        )
+
+
+# "class" is a Python keyword, so the error's serializer is built with type().
+FailureInput = type(
+    "FailureInput",
+    (serializers.Serializer,),
+    {
+        "class": serializers.ChoiceField(
+            choices=["transient", "deterministic", "side_effect_unknown", "denied"],
+            required=False,
+            allow_null=True,
+            help_text="Say it when you know it; otherwise the agent's retry policy decides.",
+        ),
+        "type": serializers.CharField(max_length=200),
+        "message": serializers.CharField(max_length=10_000, required=False, allow_blank=True),
+        "step": serializers.CharField(max_length=100, required=False, allow_blank=True),
+    },
+)
+
+
+class WorkerFailApi(WorkerApiView):
+    """The attempt failed: Holdpoint classifies the error, then backs off or stops the run."""
+
+    class InputSerializer(FencedInput):
+        class Meta:
+            ref_name = "WorkerFailInput"
+
+        error = FailureInput()
+
+    @_write_schema(InputSerializer, {200: RunStateSerializer}, *FENCE_CODES)
+    def post(self, request: Request, attempt_id: str) -> HttpResponse:
+        self.idempotency_key(request)
+        data = validated(self.InputSerializer, request.data)
+        error = dict(data["error"])
+        return self.idempotent(
+            request,
+            lambda: Response(
+                run_state(
+                    services.attempt_fail(
+                        worker_token_id=token_id(request),
+                        attempt_id=attempt_id,
+                        lease_epoch=data["lease_epoch"],
+                        cancel_epoch=data["cancel_epoch"],
+                        error=error,
+                        cost=data.get("cost"),
+                    )
+                )
+            ),
+        )

@@ -1,0 +1,568 @@
+"""How runs, requests, actions and events read on the page.
+
+Everything here returns plain text or small dataclasses; templates escape all of
+it. Agent-provided text is never marked safe: the only HTML made here is ``isolate``'s
+``<bdi>`` around text escaped by ``format_html``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.utils import formats, timezone
+from django.utils.html import conditional_escape, format_html
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, pgettext
+
+from runs.models import InputRequest, Run, RunEvent
+from runs.states import FailureClass, RequestKind, RequestStatus, RunStatus
+
+# --- Times ---------------------------------------------------------------------------------
+
+
+def clock(value: dt.datetime | None, *, zone: bool = False) -> str:
+    """``14:02`` today, ``Nov 28, 14:02`` on another day, in the active (the user's) zone."""
+    if value is None:
+        return ""
+    local = timezone.localtime(value)
+    today = timezone.localtime(timezone.now()).date()
+    # Date formats are translatable: Chinese reads "11月28日 14:02", not "十一月 28, 14:02".
+    fmt = "H:i" if local.date() == today else pgettext("date and time format", "M j, H:i")
+    if zone:
+        fmt += " T"
+    return formats.date_format(local, fmt)
+
+
+def absolute(value: dt.datetime | None) -> str:
+    if value is None:
+        return ""
+    return formats.date_format(timezone.localtime(value), "Y-m-d H:i:s T")
+
+
+def span(seconds: float) -> str:
+    """A compact duration: ``2h 14m``, ``3m 05s``, ``42s``, ``3d 4h``."""
+    seconds = int(abs(seconds))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    # The same words as app.js's countdown (it ticks what this renders).
+    if days:
+        return _("%(d)sd %(h)sh") % {"d": days, "h": hours}
+    if hours:
+        return _("%(h)sh %(m)sm") % {"h": hours, "m": minutes}
+    if minutes:
+        return _("%(m)sm %(s)ss") % {"m": minutes, "s": f"{secs:02d}"}
+    return _("%(s)ss") % {"s": secs}
+
+
+def expires_text(expires_at: dt.datetime, now: dt.datetime | None = None) -> str:
+    left = (expires_at - (now or timezone.now())).total_seconds()
+    if left <= 0:
+        return _("Expired")
+    return _("Expires in %(span)s") % {"span": span(left)}
+
+
+def ago_text(value: dt.datetime, now: dt.datetime | None = None) -> str:
+    return _("%(span)s ago") % {"span": span(((now or timezone.now()) - value).total_seconds())}
+
+
+# --- Status words (UX 17) ------------------------------------------------------------------
+
+FAILURE_WORDS = {
+    FailureClass.TRANSIENT: gettext_lazy("retry budget spent"),
+    FailureClass.DETERMINISTIC: gettext_lazy("needs new information"),
+    FailureClass.REPEATED_ERROR: gettext_lazy("same error again and again"),
+    FailureClass.LEASE_LOST: gettext_lazy("worker kept disappearing"),
+    FailureClass.SIDE_EFFECT_UNKNOWN: gettext_lazy("side effect unknown"),
+    FailureClass.INPUT_EXPIRED: gettext_lazy("no answer in time"),
+    FailureClass.DENIED: gettext_lazy("approval denied"),
+    FailureClass.CANCELLED: gettext_lazy("cancelled"),
+}
+
+
+def run_status_text(run: Run) -> str:
+    if run.status == RunStatus.WAITING and run.not_before:
+        return _("Backing off (retry at %(time)s)") % {"time": clock(run.not_before)}
+    if run.status == RunStatus.FAILED and run.failure_class:
+        why = FAILURE_WORDS.get(run.failure_class, run.failure_class)  # type: ignore[call-overload]
+        return _("Failed (%(why)s)") % {"why": why}
+    return str(RunStatus(run.status).label) if run.status in RunStatus.values else run.status
+
+
+STATUS_TONE = {
+    RunStatus.QUEUED: "neutral",
+    RunStatus.RUNNING: "active",
+    RunStatus.INPUT_REQUIRED: "input",
+    RunStatus.AUTH_REQUIRED: "approval",
+    RunStatus.WAITING: "warn",
+    RunStatus.CANCEL_REQUESTED: "warn",
+    RunStatus.SUCCEEDED: "good",
+    RunStatus.FAILED: "bad",
+    RunStatus.CANCELLED: "neutral",
+}
+
+
+def status_tone(status: str) -> str:
+    return STATUS_TONE.get(status, "neutral")  # type: ignore[call-overload]
+
+
+# --- Approvals: what will be done ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DiffLine:
+    kind: str  # add, del, hunk, meta, ctx
+    text: str
+
+
+def isolate(value: Any) -> SafeString:
+    """``value`` escaped inside ``<bdi>``: a bidi isolate, so a right-to-left override in
+    agent text cannot reorder the words around it (a tool shown after the target, "— cannot
+    be undone"), and the text takes the direction of its own first strong character."""
+    return format_html("<bdi>{}</bdi>", value)
+
+
+@dataclass
+class ActionView:
+    title: str
+    # The same title as HTML, each agent-given part (target, name, verb) isolated.
+    title_html: SafeString
+    name: str  # what is done: the action's name (update_auth_config), else the tool's
+    tool: str
+    target: str
+    reversibility: str  # reversible | compensable | irreversible | "" (not said)
+    compensation: str
+    diff: list[DiffLine]
+    change_text: str
+    arguments: list[tuple[str, str]]
+
+    @property
+    def cannot_be_undone(self) -> bool:
+        return self.reversibility == "irreversible"
+
+
+_TITLE_KEYS = ("title", "summary")
+_VERB_KEYS = ("operation", "verb")
+_COMPENSATION_KEYS = ("compensating_action", "compensation", "undo")
+_CHANGE_KEYS = ("planned_change", "change", "changes")
+_ARGUMENT_KEYS = ("arguments", "args", "request", "params", "input")
+_SHOWN_KEYS = {
+    "tool",
+    "action",
+    "target",
+    "reversibility",
+    "diff",
+    "before",
+    "after",
+    *_TITLE_KEYS,
+    *_VERB_KEYS,
+    *_COMPENSATION_KEYS,
+    *_CHANGE_KEYS,
+    *_ARGUMENT_KEYS,
+}
+_PAIRS = (("before", "after"), ("from", "to"), ("old", "new"))
+
+
+def as_text(value: Any) -> str:
+    """A JSON value as a person reads it: strings as they are, the rest as indented JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, indent=2, default=str)
+
+
+def _compact(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _diff_lines(diff: str) -> list[DiffLine]:
+    lines = []
+    for line in diff.splitlines():
+        if line.startswith(("+++", "---")):
+            kind = "meta"
+        elif line.startswith("@@"):
+            kind = "hunk"
+        elif line.startswith("+"):
+            kind = "add"
+        elif line.startswith("-"):
+            kind = "del"
+        else:
+            kind = "ctx"
+        lines.append(DiffLine(kind, line))
+    return lines
+
+
+def _before_after_diff(before: Any, after: Any, name: str) -> list[DiffLine]:
+    old = as_text(before).splitlines()
+    new = as_text(after).splitlines()
+    diff = difflib.unified_diff(old, new, f"{name} (now)", f"{name} (after)", lineterm="", n=3)
+    return _diff_lines("\n".join(diff))
+
+
+def _pair(value: Any) -> tuple[Any, Any] | None:
+    """``{"from": a, "to": b}`` (or before/after, old/new) as (a, b)."""
+    if isinstance(value, dict):
+        for old, new in _PAIRS:
+            if set(value) == {old, new}:
+                return value[old], value[new]
+    return None
+
+
+def _first(mapping: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    for key in keys:
+        if mapping.get(key) not in (None, "", {}, []):
+            return mapping[key]
+    return None
+
+
+def describe_action(action: Any) -> ActionView:
+    """Read an approval's ``action`` (tool, target, planned change, reversibility) leniently:
+    agents name things differently, and nothing they send may be hidden."""
+    data = action if isinstance(action, dict) else {"action": action}
+    tool = str(data.get("tool") or "")
+    name = str(data.get("action") or tool)
+    target = str(data.get("target") or "")
+    verb = _first(data, _VERB_KEYS)
+    if verb is None and "_" in name:
+        # update_auth_config -> "Update staging/auth/config via update_auth_config" (UX 1).
+        verb = name.split("_", 1)[0]
+    title = _first(data, _TITLE_KEYS)
+    template, parts = "%(title)s", {"title": str(title or "")}
+    if title:
+        pass
+    elif verb and target:
+        template = _("%(verb)s %(target)s via %(name)s")
+        parts = {"verb": str(verb).capitalize(), "target": target, "name": name}
+    elif target:
+        template = _("%(name)s on %(target)s")
+        parts = {"name": name, "target": target}
+    else:
+        template = _("Run %(name)s")
+        parts = {"name": name}
+    title = template % parts
+    # The words of the translation are ours and escaped; each part the agent gave is isolated.
+    title_html = mark_safe(  # noqa: S308 - every piece is escaped above
+        conditional_escape(template) % {key: isolate(value) for key, value in parts.items()}
+    )
+    reversibility = str(data.get("reversibility") or "")
+    compensation = _first(data, _COMPENSATION_KEYS)
+    change = _first(data, _CHANGE_KEYS)
+    diff: list[DiffLine] = []
+    change_text = ""
+    arguments: list[tuple[str, str]] = []
+    if isinstance(data.get("diff"), str):
+        diff = _diff_lines(data["diff"])
+    elif "before" in data and "after" in data:
+        diff = _before_after_diff(data["before"], data["after"], target or name)
+    if isinstance(change, dict) and isinstance(change.get("diff"), str) and not diff:
+        diff = _diff_lines(change["diff"])
+    elif isinstance(change, dict) and _pair(change) and not diff:
+        before, after = _pair(change)  # type: ignore[misc]
+        diff = _before_after_diff(before, after, target or name)
+    elif isinstance(change, dict):
+        # Field by field: {"accepted_versions": {"from": [...], "to": [...]}, "base": 3}.
+        for key, value in change.items():
+            pair = _pair(value)
+            if pair is not None and pair[0] != pair[1]:
+                diff += [
+                    DiffLine("del", f"- {key}: {_compact(pair[0])}"),
+                    DiffLine("add", f"+ {key}: {_compact(pair[1])}"),
+                ]
+            else:
+                arguments.append((str(key), as_text(value)))
+    elif change is not None:
+        change_text = as_text(change)
+    args = _first(data, _ARGUMENT_KEYS)
+    if isinstance(args, dict):
+        arguments += [(str(k), as_text(v)) for k, v in args.items()]
+    elif args is not None:
+        arguments.append((_("arguments"), as_text(args)))
+    # Whatever else the agent said is shown too, never dropped.
+    arguments += [(str(k), as_text(v)) for k, v in data.items() if k not in _SHOWN_KEYS]
+    return ActionView(
+        title=title,
+        title_html=title_html,
+        name=name,
+        tool=tool,
+        target=target,
+        reversibility=reversibility,
+        compensation=as_text(compensation) if compensation is not None else "",
+        diff=diff,
+        change_text=change_text,
+        arguments=arguments,
+    )
+
+
+# --- Requests -------------------------------------------------------------------------------
+
+
+def request_title(req: InputRequest) -> str:
+    if req.kind == RequestKind.AUTH_REQUIRED:
+        return describe_action(req.action).title
+    return req.prompt
+
+
+def request_title_html(req: InputRequest) -> SafeString:
+    """``request_title`` as HTML, with the agent's text isolated (``isolate``)."""
+    if req.kind == RequestKind.AUTH_REQUIRED:
+        return describe_action(req.action).title_html
+    return isolate(req.prompt)
+
+
+def decision_of(req: InputRequest) -> str:
+    if isinstance(req.answer, dict):
+        return str(req.answer.get("decision") or "")
+    return ""
+
+
+def who(req: InputRequest) -> str:
+    return req.answered_by.get_username() if req.answered_by else _("someone")
+
+
+def request_outcome_text(req: InputRequest) -> str:
+    """Why a request can no longer be answered, naming who answered and when (UX 10, 12)."""
+    if req.status == RequestStatus.ANSWERED:
+        when = clock(req.answered_at)
+        decision = decision_of(req)
+        if req.kind == RequestKind.AUTH_REQUIRED and decision == "approve":
+            return _("Already approved by %(who)s at %(when)s.") % {"who": who(req), "when": when}
+        if req.kind == RequestKind.AUTH_REQUIRED and decision == "deny":
+            return _("Already denied by %(who)s at %(when)s.") % {"who": who(req), "when": when}
+        return _("Already answered by %(who)s at %(when)s.") % {"who": who(req), "when": when}
+    if req.status == RequestStatus.EXPIRED:
+        return _("No response — it expired at %(when)s and the run failed.") % {
+            "when": clock(req.expires_at, zone=True)
+        }
+    if req.status == RequestStatus.CANCELLED:
+        # The services store their reasons in English (gettext_noop); show them translated.
+        return _(req.closed_reason) if req.closed_reason else _("Closed: the run moved on.")
+    if req.expires_at <= timezone.now():
+        return _("This request expired at %(when)s; it can no longer be answered.") % {
+            "when": clock(req.expires_at, zone=True)
+        }
+    return ""
+
+
+def answer_summary(req: InputRequest) -> str:
+    """What was submitted, as text (UX 12: "can't see what I submitted")."""
+    if req.answer is None:
+        return ""
+    if req.kind == RequestKind.AUTH_REQUIRED and isinstance(req.answer, dict):
+        return str(req.answer.get("comment") or "")
+    return as_text(req.answer)
+
+
+def answer_rows(req: InputRequest) -> list[tuple[str, str]]:
+    """An input answer as (label, value) rows, labelled like the form that asked for it."""
+    if req.kind != RequestKind.INPUT_REQUIRED or not isinstance(req.answer, dict):
+        return []
+    schema: dict[str, Any] = req.accepted_schema if isinstance(req.accepted_schema, dict) else {}
+    found = schema.get("properties")
+    properties: dict[str, Any] = found if isinstance(found, dict) else {}
+    rows = []
+    for key, value in req.answer.items():
+        entry = properties.get(key)
+        field: dict[str, Any] = entry if isinstance(entry, dict) else {}
+        label = str(field.get("title") or key.replace("_", " ").capitalize())
+        if isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
+            text = ", ".join(str(v) for v in value) or "—"
+        elif isinstance(value, bool):
+            text = _("yes") if value else _("no")
+        else:
+            text = as_text(value)
+        rows.append((label, text))
+    return rows
+
+
+@dataclass(frozen=True)
+class ContextItem:
+    key: str
+    text: str
+    structured: bool
+
+    @property
+    def lines(self) -> int:
+        return self.text.count("\n") + 1
+
+    @property
+    def long(self) -> bool:
+        """Long structured values start folded, so the question stays in view."""
+        return self.structured and self.lines > 8
+
+
+def _scalar_list(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and 0 < len(value) <= 20
+        and all(isinstance(v, str | int | float) and not isinstance(v, bool) for v in value)
+    )
+
+
+def context_items(context: Any) -> list[ContextItem]:
+    """The context an agent gave with its question; a short list reads as ``v1, v2, v3``."""
+    if not isinstance(context, dict):
+        return [ContextItem("", as_text(context), True)] if context else []
+    items = []
+    for key, value in context.items():
+        if _scalar_list(value):
+            items.append(ContextItem(str(key), ", ".join(str(v) for v in value), False))
+        else:
+            items.append(ContextItem(str(key), as_text(value), not isinstance(value, str)))
+    return items
+
+
+# --- Timeline -------------------------------------------------------------------------------
+
+TIMELINE_FILTERS = {
+    "failures": (gettext_lazy("Failures"), ("attempt.failed", "attempt.lost", "run.failed")),
+    "decisions": (
+        gettext_lazy("Human decisions"),
+        (
+            "run.interrupted",
+            "request.answered",
+            "request.closed",
+            "run.resumed",
+            "run.cancel_requested",
+            "run.cancelled",
+            "run.retried",
+            "run.created",
+            "run.approved_at_start",
+        ),
+    ),
+    "side_effects": (gettext_lazy("Side effects"), ("side_effect.",)),
+}
+
+
+def event_matches(event: RunEvent, name: str) -> bool:
+    if name not in TIMELINE_FILTERS:
+        return True
+    return any(
+        event.type == t or (t.endswith(".") and event.type.startswith(t))
+        for t in TIMELINE_FILTERS[name][1]
+    )
+
+
+def event_tone(event: RunEvent) -> str:
+    if event_matches(event, "failures"):
+        return "bad"
+    if event.type == "agent.log":
+        level = event.payload.get("level") if isinstance(event.payload, dict) else ""
+        return "bad" if level in ("error", "critical") else "log"
+    if event_matches(event, "decisions"):
+        return "human"
+    if event.type.startswith("side_effect"):
+        return "effect"
+    return "neutral"
+
+
+def describe_event(event: RunEvent) -> str:
+    p = event.payload if isinstance(event.payload, dict) else {}
+    t = event.type
+    if t == "run.created":
+        return _("Run created for agent %(agent)s.") % {"agent": p.get("agent", "")}
+    if t == "run.approved_at_start":
+        steps = p.get("steps")
+        return _("Approved at start by %(who)s: %(steps)s.") % {
+            "who": p.get("by") or "—",
+            "steps": ", ".join(str(s) for s in steps) if isinstance(steps, list) else "",
+        }
+    if t == "attempt.claimed":
+        return _("Attempt %(n)s claimed (lease epoch %(epoch)s).") % {
+            "n": p.get("number", "?"),
+            "epoch": p.get("lease_epoch", "?"),
+        }
+    if t == "checkpoint.saved":
+        return _("Checkpoint #%(n)s saved; next step: %(step)s.") % {
+            "n": p.get("number", "?"),
+            "step": p.get("step", ""),
+        }
+    if t == "run.interrupted":
+        kind = _("an approval") if p.get("kind") == RequestKind.AUTH_REQUIRED else _("input")
+        return _("Stopped to ask for %(kind)s at step %(step)s.") % {
+            "kind": kind,
+            "step": p.get("step_id") or "—",
+        }
+    if t == "request.answered":
+        answer = p.get("answer")
+        if p.get("kind") == RequestKind.AUTH_REQUIRED and isinstance(answer, dict):
+            decision = answer.get("decision")
+            return _("Approved.") if decision == "approve" else _("Denied.")
+        return _("Answered.")
+    if t == "request.closed":
+        reason = p.get("reason", "")
+        return _("Question closed: %(reason)s") % {
+            "reason": _(reason) if isinstance(reason, str) and reason else reason
+        }
+    if t == "run.resumed":
+        return _("Resumed in a new attempt.")
+    if t == "run.cancel_requested":
+        reason = p.get("reason") or "—"
+        return _("Cancel requested (cancel epoch %(epoch)s). Reason: %(reason)s") % {
+            "epoch": p.get("cancel_epoch", "?"),
+            "reason": reason,
+        }
+    if t == "run.cancelled":
+        return _("Cancelled.")
+    if t == "run.retried":
+        return _("Retry queued. Reason: %(reason)s") % {"reason": p.get("reason", "")}
+    if t == "attempt.failed":
+        return _("Attempt failed (%(cls)s): %(type)s: %(message)s") % {
+            "cls": p.get("class", ""),
+            "type": p.get("type", ""),
+            "message": p.get("message", ""),
+        }
+    if t == "run.failed":
+        return _("Run failed (%(cls)s). %(detail)s") % {
+            "cls": p.get("failure_class", ""),
+            "detail": p.get("detail", ""),
+        }
+    if t == "run.backing_off":
+        return _("Backing off %(delay)ss before the next attempt.") % {
+            "delay": p.get("delay_seconds", "?")
+        }
+    if t == "run.queued":
+        return _("Backoff over; queued again.")
+    if t == "run.requeued":
+        return _("Queued again after the worker lost its lease.")
+    if t == "attempt.lost":
+        return _("Worker %(worker)s lost its lease.") % {"worker": p.get("worker_id", "")}
+    if t == "attempt.released":
+        return _("Worker let go of the attempt (%(reason)s).") % {"reason": p.get("reason", "")}
+    if t == "run.succeeded":
+        return _("Succeeded.")
+    if t == "agent.log":
+        step = p.get("step")
+        message = str(p.get("message", ""))
+        return f"{step}: {message}" if step else message
+    if t.startswith("side_effect."):
+        what = SIDE_EFFECT_WORDS.get(t[len("side_effect.") :], t)
+        extra = ""
+        if t == "side_effect.reconciled":
+            extra = _(" as happened") if p.get("outcome") == "confirmed" else _(" as not happened")
+        return _("%(what)s%(extra)s: %(tool)s → %(target)s") % {
+            "what": what,
+            "extra": extra,
+            "tool": p.get("tool", ""),
+            "target": p.get("target", ""),
+        }
+    return t
+
+
+SIDE_EFFECT_WORDS = {
+    "begun": gettext_lazy("Side effect started"),
+    "confirmed": gettext_lazy("Side effect happened"),
+    "failed": gettext_lazy("Side effect did not happen"),
+    "unknown": gettext_lazy("Side effect outcome unknown"),
+    "reused": gettext_lazy("Side effect already done; reused"),
+    "look_up": gettext_lazy("Side effect looked up by key"),
+    "reconciled": gettext_lazy("Side effect reconciled"),
+    "compensation_started": gettext_lazy("Compensation started"),
+    "compensated": gettext_lazy("Side effect compensated"),
+    "compensation_failed": gettext_lazy("Compensation failed"),
+    "late_outcome": gettext_lazy("Late outcome recorded"),
+    "outcome_ignored": gettext_lazy("Outcome ignored"),
+}

@@ -1,0 +1,50 @@
+"""Dashboard routes (mounted at ``/``). The JSON API lives in ``api.urls``."""
+
+from __future__ import annotations
+
+from django.contrib.auth import views as auth_views
+from django.urls import URLPattern, URLResolver, include, path
+from django.utils import timezone
+from django.views.decorators.http import last_modified
+from django.views.i18n import JavaScriptCatalog
+
+from dashboard import views
+from dashboard.views import side_effects
+from dashboard.views.login import login
+
+# app.js's words (djangojs catalog of locale/). A script file, not inline (CSP); the page
+# names its language in the URL, so a cached catalog never answers for another language.
+STARTED = timezone.now()
+javascript_catalog = last_modified(lambda request, **kwargs: STARTED)(
+    JavaScriptCatalog.as_view(packages=["dashboard"])
+)
+
+# The ledger's pages, under /side-effects/ with the URL namespace "ledger".
+side_effect_urlpatterns: list[URLPattern | URLResolver] = [
+    path("", side_effects.side_effect_list, name="side-effects"),
+    path("runs/<str:run_id>/", side_effects.run_report, name="run-report"),
+    path("runs/<str:run_id>/retry-preview", side_effects.retry_preview, name="retry-preview"),
+    path("<str:operation_id>/reconcile", side_effects.side_effect_reconcile, name="reconcile"),
+    path("<str:operation_id>/compensate", side_effects.side_effect_compensate, name="compensate"),
+]
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("side-effects/", include((side_effect_urlpatterns, "ledger"))),
+    path("login/", login, name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("i18n/", include("django.conf.urls.i18n")),
+    path("jsi18n/", javascript_catalog, name="javascript-catalog"),
+    path("", views.inbox, name="inbox"),
+    path("inbox/count", views.inbox_count, name="inbox-count"),
+    path("runs/", views.run_list, name="run-list"),
+    path("runs/new", views.run_start, name="run-start"),
+    path("runs/<str:run_id>/", views.run_detail, name="run-detail"),
+    path("runs/<str:run_id>/timeline", views.run_timeline, name="run-timeline"),
+    path("runs/<str:run_id>/cancel", views.run_cancel, name="run-cancel"),
+    path("runs/<str:run_id>/retry", views.run_retry, name="run-retry"),
+    path(
+        "runs/<str:run_id>/requests/<str:request_id>/answer",
+        views.request_answer,
+        name="request-answer",
+    ),
+]

@@ -1,0 +1,339 @@
+"""Dashboard pages of the ledger: side effects needing a person, a run's report, and the
+reconcile and compensate actions.
+
+The run page fetches the report with ``hx-get`` (``runs`` never imports ``ledger``);
+these views use the run store's selectors and the dashboard's shared helpers, which
+is the direction dependencies point (``ledger -> runs``). Reconciling and compensating
+need ``runs.retry_run``, as in the API: they decide whether a run may go on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.http import HttpResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+from django.views.decorators.http import require_GET, require_POST
+
+from dashboard.actions import (
+    HtmxHttpRequest,
+    Outcome,
+    dashboard_view,
+    form_key,
+    new_idempotency_key,
+    perform_once,
+    redirect_after_post,
+    safe_next,
+)
+from dashboard.present import as_text
+from dashboard.views.runs import run_context
+from ledger import services
+from ledger.models import Reversibility, SideEffect, SideEffectStatus
+from ledger.selectors import (
+    report_for_run,
+    side_effect_get_for_user,
+    side_effect_rows,
+    side_effects_for_run,
+    side_effects_for_user,
+)
+from runs.selectors import RETRY, run_get_for_user
+
+S = SideEffectStatus
+TABS = [
+    ("needs", gettext_lazy("Needs reconciliation")),
+    ("all", gettext_lazy("All side effects")),
+]
+PAGE = 100
+STATUS_TONE = {
+    S.PENDING: "warn",
+    S.UNKNOWN: "warn",
+    S.CONFIRMED: "good",
+    S.FAILED: "neutral",
+    S.COMPENSATED: "neutral",
+    S.COMPENSATION_FAILED: "bad",
+}
+
+
+class ReconcileForm(forms.Form):
+    outcome = forms.ChoiceField(
+        choices=[
+            ("confirmed", gettext_lazy("Happened")),
+            ("not_applied", gettext_lazy("Did not happen")),
+        ],
+        error_messages={"required": gettext_lazy("Choose Mark happened or Mark not happened.")},
+    )
+    external_reference = forms.CharField(required=False, max_length=500, strip=True)
+    note = forms.CharField(
+        max_length=2000,
+        strip=True,
+        error_messages={
+            "required": gettext_lazy("Say what you checked and how; the note is kept with the run.")
+        },
+    )
+
+
+def _row(effect_row: dict[str, Any], *, user: Any, origin: str, **extra: Any) -> dict[str, Any]:
+    """A side effect as the templates show it, with fresh form keys for its actions."""
+    row = dict(effect_row)
+    row.update(
+        tone=STATUS_TONE.get(row["status"], "neutral"),
+        status_label=str(S(row["status"]).label) if row["status"] in S.values else row["status"],
+        irreversible=row["reversibility"] == Reversibility.IRREVERSIBLE,
+        reversibility_label=(
+            str(Reversibility(row["reversibility"]).label)
+            if row["reversibility"] in Reversibility.values
+            else row["reversibility"]
+        ),
+        compensating_text=as_text(row["compensating_action"]) if row["compensating_action"] else "",
+        error_text=as_text(row["error"]) if row["error"] else "",
+        result_text=as_text(row["result"]) if row["result"] is not None else "",
+        request_text=as_text(row["request"]) if row["request"] else "",
+        can_act=user.has_perm(RETRY),
+        reconcile_key=new_idempotency_key(),
+        compensate_key=new_idempotency_key(),
+        origin=origin,
+        form=None,
+        message="",
+        message_level="info",
+    )
+    row.update(extra)
+    return row
+
+
+def _rows(effects: list[SideEffect], *, user: Any, origin: str) -> list[dict[str, Any]]:
+    return [_row(r, user=user, origin=origin) for r in side_effect_rows(effects, user=user)]
+
+
+ORIGINS = ("list", "report", "run")
+
+
+def _origin(value: str | None, default: str = "list") -> str:
+    """Where a row is shown: the reconciliation list, the report page, or the run page."""
+    return value if value in ORIGINS else default
+
+
+def _report_context(
+    request: HtmxHttpRequest, run_id: str, *, origin: str = "report", **extra: Any
+) -> dict[str, Any]:
+    run = run_get_for_user(user=request.user, run_id=run_id)
+    report = report_for_run(run.id, user=request.user)
+    for group in report["groups"]:
+        group["rows"] = [_row(r, user=request.user, origin=origin) for r in group["rows"]]
+    context = {"run": run, "report": report, "origin": origin, **extra}
+    if origin == "run":
+        # The run page's controls and status change with the ledger (a reconciled effect
+        # lets a retry through): send them along, swapped out of band.
+        context = {**run_context(request, run), **context}
+    return context
+
+
+@dashboard_view()
+@require_GET
+def side_effect_list(request: HtmxHttpRequest) -> HttpResponse:
+    """Everything unknown or left pending by a gone worker: a person decides (UX 15)."""
+    tab = request.GET.get("tab", "needs")
+    tab = tab if tab in dict(TABS) else "needs"
+    status = "needs_reconciliation" if tab == "needs" else None
+    effects = list(side_effects_for_user(user=request.user, status=status)[:PAGE])
+    needs = side_effects_for_user(user=request.user, status="needs_reconciliation").count()
+    context = {
+        "tab": tab,
+        "tabs": TABS,
+        "rows": _rows(effects, user=request.user, origin="list"),
+        "needs_count": needs,
+    }
+    return render(request, "dashboard/side_effects.html", context)
+
+
+@dashboard_view(require_view=False)
+@require_GET
+def run_report(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+    """The run's side-effect report in five groups; a fragment for the run page's hx-get."""
+    if request.htmx:
+        origin = _origin(request.GET.get("origin"), "report")
+        context = _report_context(request, run_id, origin=origin)
+        return render(request, "dashboard/report.html#report-fragment", context)
+    return render(request, "dashboard/report.html", _report_context(request, run_id))
+
+
+@dashboard_view(require_view=False)
+@require_GET
+def retry_preview(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
+    """What a retry does with the side effects already recorded (UX 14)."""
+    run = run_get_for_user(user=request.user, run_id=run_id)
+    effects = list(side_effects_for_run(run.id))
+    groups: dict[str, list[SideEffect]] = {"reused": [], "looked_up": [], "again": []}
+    for effect in effects:
+        if effect.status in (S.CONFIRMED, S.COMPENSATION_FAILED):
+            groups["reused"].append(effect)
+        elif effect.status in (S.PENDING, S.UNKNOWN):
+            groups["looked_up"].append(effect)
+        else:
+            groups["again"].append(effect)
+    return render(
+        request,
+        "dashboard/report.html#retry-preview",
+        {"run": run, "groups": groups, "total": len(effects)},
+    )
+
+
+def _reply(
+    request: HtmxHttpRequest,
+    effect: SideEffect,
+    *,
+    outcome: Outcome,
+    message: str,
+    form: ReconcileForm | None = None,
+) -> HttpResponse:
+    """After a POST: a redirect without JavaScript, else the refreshed row or report."""
+    level = "success" if outcome.ok else "error"
+    origin = _origin(request.POST.get("origin"))
+    if not request.htmx:
+        messages.add_message(request, messages.SUCCESS if outcome.ok else messages.ERROR, message)
+        fallback = {
+            "list": reverse("ledger:side-effects"),
+            "report": reverse("ledger:run-report", args=[effect.run_id]),
+            "run": reverse("run-detail", args=[effect.run_id]),
+        }[origin]
+        return redirect_after_post(safe_next(request, fallback))
+    effect.refresh_from_db()
+    if origin in ("report", "run"):
+        context = _report_context(
+            request,
+            effect.run_id,
+            origin=origin,
+            message=message,
+            message_level=level,
+            focus=effect.operation_id,
+            refresh_run=origin == "run",
+        )
+        if form is not None:
+            for group in context["report"]["groups"]:
+                for row in group["rows"]:
+                    if row["operation_id"] == effect.operation_id:
+                        row["form"] = form
+        return render(
+            request, "dashboard/report.html#report-fragment", context, status=outcome.status
+        )
+    row = _row(
+        side_effect_rows([effect], user=request.user)[0],
+        user=request.user,
+        origin="list",
+        form=form,
+        message=message,
+        message_level=level,
+    )
+    return render(
+        request, "dashboard/side_effects.html#effect-row", {"row": row}, status=outcome.status
+    )
+
+
+@dashboard_view(require_view=False)
+@require_POST
+def side_effect_reconcile(request: HtmxHttpRequest, operation_id: str) -> HttpResponse:
+    """A person says how an unknown effect really went: happened (with its reference) or not."""
+    effect = side_effect_get_for_user(user=request.user, operation_id=operation_id, perm=RETRY)
+    key = form_key(request)
+    if key is None or request.POST.get("operation_id") != effect.operation_id:
+        out_of_date = Outcome(ok=False, code="malformed_request", status=400)
+        message = _("This form is out of date; here is the current state. Please try again.")
+        return _reply(request, effect, outcome=out_of_date, message=message)
+    form = ReconcileForm(request.POST)
+    if not form.is_valid():
+        invalid = Outcome(ok=False, code="invalid_input", status=422)
+        message = _("Check the highlighted fields. Nothing was recorded.")
+        if not request.htmx:
+            # Without JavaScript the page comes back with the values and errors in place.
+            return _invalid_page(request, effect, form, message)
+        return _reply(request, effect, outcome=invalid, message=message, form=form)
+    data = form.cleaned_data
+
+    def reconcile() -> dict[str, Any]:
+        settled = services.side_effect_reconcile(
+            operation_id=effect.operation_id,
+            outcome=data["outcome"],
+            external_reference=data["external_reference"] or None,
+            note=data["note"],
+            user=request.user,
+        )
+        return {"status": settled.status}
+
+    body = {
+        "operation_id": effect.operation_id,
+        "outcome": data["outcome"],
+        "external_reference": data["external_reference"],
+        "note": data["note"],
+    }
+    outcome, _replayed = perform_once(request, key=key, body=body, call=reconcile)
+    if outcome.ok and data["outcome"] == "confirmed":
+        message = _("Marked as happened. The run may be retried; this effect will not be repeated.")
+    elif outcome.ok:
+        message = _(
+            "Marked as not happened. A retry of the run may do it again, with the same key."
+        )
+    else:
+        message = outcome.detail
+    return _reply(request, effect, outcome=outcome, message=message)
+
+
+@dashboard_view(require_view=False)
+@require_POST
+def side_effect_compensate(request: HtmxHttpRequest, operation_id: str) -> HttpResponse:
+    """Undo (or offset) an effect that happened with its tool's compensating action."""
+    effect = side_effect_get_for_user(user=request.user, operation_id=operation_id, perm=RETRY)
+    key = form_key(request)
+    if key is None or request.POST.get("operation_id") != effect.operation_id:
+        out_of_date = Outcome(ok=False, code="malformed_request", status=400)
+        message = _("This form is out of date; here is the current state. Please try again.")
+        return _reply(request, effect, outcome=out_of_date, message=message)
+
+    def compensate() -> dict[str, Any]:
+        done = services.side_effect_compensate(operation_id=effect.operation_id, user=request.user)
+        return {"status": done.status}
+
+    outcome, _replayed = perform_once(
+        request, key=key, body={"operation_id": effect.operation_id}, call=compensate
+    )
+    if outcome.ok and outcome.extra.get("status") == S.COMPENSATED:
+        message = _("Compensated.")
+    elif outcome.ok:
+        message = _("The compensation failed; it may be tried again (same key, so never twice).")
+        outcome = Outcome(ok=False, code="compensation_failed", status=200, extra=outcome.extra)
+    else:
+        message = outcome.detail
+    return _reply(request, effect, outcome=outcome, message=message)
+
+
+def _invalid_page(
+    request: HtmxHttpRequest, effect: SideEffect, form: ReconcileForm, message: str
+) -> HttpResponse:
+    if request.POST.get("origin") in ("report", "run"):
+        context = _report_context(
+            request,
+            effect.run_id,
+            message=message,
+            message_level="error",
+            focus=effect.operation_id,
+        )
+        for group in context["report"]["groups"]:
+            for row in group["rows"]:
+                if row["operation_id"] == effect.operation_id:
+                    row["form"] = form
+        return render(request, "dashboard/report.html", context, status=422)
+    effects = list(side_effects_for_user(user=request.user, status="needs_reconciliation")[:PAGE])
+    rows = _rows(effects, user=request.user, origin="list")
+    for row in rows:
+        if row["operation_id"] == effect.operation_id:
+            row.update(form=form, message=message, message_level="error")
+    context = {
+        "tab": "needs",
+        "tabs": TABS,
+        "rows": rows,
+        "needs_count": len(effects),
+    }
+    return render(request, "dashboard/side_effects.html", context, status=422)

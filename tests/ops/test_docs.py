@@ -1,0 +1,125 @@
+"""The README is short and leads to every document; the documents state the current truth.
+
+- README.md fits in 250 lines, shows `make run` and `make test` before anything else, and
+  links to every file in docs/;
+- no `<!-- issue N -->` markers, no figure markers that a script writes between;
+- every relative link in README.md, docs/ and bench/results/ leads to a file that exists,
+  and every `#anchor` to a heading of that file (images are left out: the screenshot is
+  produced by the browser tests);
+- every environment variable that config/settings.py reads is a row of the configuration
+  table in docs/operations.md, and no other document has a table row for one;
+- docs/performance.md stays a document (at most ~300 lines, no pasted figure blocks).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+RESULTS = sorted((ROOT / "bench" / "results").glob("*.md"))
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", re.M | re.S)
+
+
+def _prose(path: Path) -> str:
+    """The text of a Markdown file without its code blocks."""
+    return FENCE.sub("", path.read_text())
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading."""
+    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    return {
+        _slug(line.lstrip("#")) for line in _prose(path).splitlines() if re.match(r"^#{1,6} ", line)
+    }
+
+
+def test_it_keeps_the_readme_short_with_the_two_commands_first() -> None:
+    text = README.read_text()
+    lines = text.splitlines()
+
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines; move sections to docs/"
+    before_first_section = text.split("\n## ", 1)[0]
+    assert "make run" in before_first_section
+    assert "make test" in before_first_section
+
+
+def test_it_links_every_document_from_the_readme() -> None:
+    linked = {target for target in LINK.findall(README.read_text())}
+
+    missing = [f"docs/{doc.name}" for doc in DOCS if f"docs/{doc.name}" not in linked]
+    assert not missing, f"README.md does not link to {missing}"
+
+
+@pytest.mark.parametrize("path", [README, *DOCS, *RESULTS], ids=lambda p: p.name)
+def test_it_has_no_issue_or_generated_figure_markers(path: Path) -> None:
+    text = path.read_text()
+
+    assert not re.search(r"<!--\s*issue", text), "an <!-- issue N --> marker"
+    assert not re.search(r"<!--\s*(bench|chaos|analysis):", text), "a generated-figures marker"
+    assert "in this issue" not in text, "narration of an issue; state the current truth"
+
+
+@pytest.mark.parametrize("path", [README, *DOCS, *RESULTS], ids=lambda p: p.name)
+def test_it_links_only_to_files_and_headings_that_exist(path: Path) -> None:
+    broken = []
+    for target in LINK.findall(_prose(path)):
+        if re.match(r"^[a-z]+:", target):  # http:, https:, mailto:
+            continue
+        file_part, _, anchor = target.partition("#")
+        linked = (path.parent / file_part).resolve() if file_part else path
+        missing_anchor = anchor and linked.suffix == ".md" and anchor not in _anchors(linked)
+        if not linked.exists() or missing_anchor:
+            broken.append(target)
+
+    assert not broken, f"{path.relative_to(ROOT)} links to what does not exist: {broken}"
+
+
+def _settings_variables() -> set[str]:
+    source = (ROOT / "config" / "settings.py").read_text()
+    return set(re.findall(r"env_\w+\(\s*\"([A-Z][A-Z0-9_]+)\"", source))
+
+
+def _table_variables(path: Path) -> set[str]:
+    """Variables a table row is about: its first cell is nothing but variable names
+    (`` `A`, `B` ``). A row of prose that mentions one in passing does not count."""
+    names: set[str] = set()
+    for line in _prose(path).splitlines():
+        match = re.match(r"^\|([^|]+)\|", line)
+        if match and re.fullmatch(
+            r"\s*`[A-Z][A-Z0-9_]{2,}`(\s*,\s*`[A-Z][A-Z0-9_]{2,}`)*\s*", match.group(1)
+        ):
+            names |= set(re.findall(r"`([A-Z][A-Z0-9_]{2,})`", match.group(1)))
+    return names
+
+
+def test_it_lists_every_environment_variable_once_in_the_configuration_table() -> None:
+    variables = _settings_variables()
+    assert {"DATABASE_URL", "HOLDPOINT_LEASE_SECONDS", "EMAIL_TIMEOUT"} <= variables
+
+    operations = ROOT / "docs" / "operations.md"
+    missing = variables - _table_variables(operations)
+    assert not missing, f"docs/operations.md's configuration table lacks {sorted(missing)}"
+    for path in [README, *DOCS]:
+        if path == operations:
+            continue
+        listed = _table_variables(path) & variables
+        assert not listed, f"{path.name} lists {sorted(listed)}; link to the configuration table"
+
+
+def test_it_keeps_the_performance_page_a_document() -> None:
+    text = (ROOT / "docs" / "performance.md").read_text()
+
+    assert len(text.splitlines()) <= 300
+    assert "EXPLAIN ANALYZE of every query at" not in text
+    assert "<details>" not in text

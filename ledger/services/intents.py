@@ -119,7 +119,10 @@ def action_hash(*, tool: str, target: str, request: Any) -> str:
     The one place this is computed: the ledger compares the hash of what an approval
     showed with the hash of the call about to act, and records it with the approval.
     """
-    canonical = canonical_json({"tool": tool, "target": target, "request": request})
+    # Hashed as the ledger stores and shows it (secret header values redacted), so that a
+    # card and the call it approved hash alike whether or not they carried the secret.
+    shown = redact_request(request)
+    canonical = canonical_json({"tool": tool, "target": target, "request": shown})
     return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 

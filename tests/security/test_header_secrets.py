@@ -116,10 +116,14 @@ def test_secret_headers_are_sent_but_stored_redacted(
 
 def test_a_worker_over_http_gets_its_request_stored_redacted(recorder: Recorder) -> None:
     start()
-    lease = claim()
+    client = worker_client("secret-worker")
+    # Claimed over HTTP: an attempt takes writes only from the token that claimed it.
+    claimed = api_post(client, "/api/worker/claim", {"worker_id": "w1"})
+    assert claimed.status_code == 200, claimed.content
+    lease = claimed.json()
     body = {
-        "lease_epoch": lease.lease_epoch,
-        "cancel_epoch": lease.cancel_epoch,
+        "lease_epoch": lease["lease_epoch"],
+        "cancel_epoch": lease["cancel_epoch"],
         "step_id": "notify",
         "tool": "webhook",
         "target": "deploy-hook",
@@ -127,8 +131,7 @@ def test_a_worker_over_http_gets_its_request_stored_redacted(recorder: Recorder)
         "reversibility": "compensable",
         "compensating_action": {"url": recorder.url("/undo"), "headers": dict(SECRETS)},
     }
-    client = worker_client("secret-worker")
-    answer = api_post(client, f"/api/worker/attempts/{lease.attempt_id}/side-effects", body)
+    answer = api_post(client, f"/api/worker/attempts/{lease['attempt_id']}/side-effects", body)
     assert answer.status_code == 200, answer.content
     effect = SideEffect.objects.get(pk=answer.json()["operation_id"])
     for value in VALUES:

@@ -1,4 +1,4 @@
-"""The HTTP API (DESIGN.md sections 6 and 7), split by concept.
+"""The HTTP API (docs/api.md), split by concept.
 
 - ``reads``: runs, attempts, events, checkpoints, the inbox, the agents.
 - ``control``: start, resume, cancel, retry (people and automation).

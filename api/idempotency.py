@@ -17,7 +17,7 @@ reconcile and compensate endpoints reuse it)::
                 lambda: Response(serialize(side_effect_reconcile(...)), status=200),
             )
 
-Rules the mixin keeps (DESIGN.md section 6):
+Rules the mixin keeps (docs/api.md, Idempotency-Key):
 
 - Authenticate, check permission and look the object up *before* ``idempotent``:
   another principal's key must never return someone else's response, and an

@@ -57,7 +57,7 @@ class Cursor(CursorPagination):
 
 class InboxCursor(Cursor):
     def get_ordering(self, request: Request, queryset: Any, view: Any) -> tuple[str, ...]:
-        # Pending questions: soonest expiry first (UX: what runs out next is on top).
+        # Pending questions: soonest expiry first (what runs out next is on top).
         if request.query_params.get("status", RequestStatus.PENDING) == RequestStatus.PENDING:
             return ("expires_at", "id")
         return ("-created_at", "-id")

@@ -1,4 +1,4 @@
-"""The JSON representations of DESIGN.md section 7 (snake_case, times in ISO 8601 UTC).
+"""The JSON representations of docs/api.md (snake_case, times in ISO 8601 UTC).
 
 Output only: each API view validates its input with its own nested ``InputSerializer``.
 """

@@ -1,4 +1,4 @@
-"""The ledger's HTTP endpoints (DESIGN.md section 7): thin views over the services.
+"""The ledger's HTTP endpoints (docs/api.md): thin views over the services.
 
 Control API (session or token auth): reads need ``runs.view_run`` (an outsider gets
 404 for a run or a side effect, 403 for a collection); reconcile and compensate need

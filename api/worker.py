@@ -2,7 +2,7 @@
 
 Authenticated by worker tokens only (``Authorization: Bearer hpw_…``). Each endpoint
 calls the same service as the in-process Python worker, so both obey the same
-fence (DESIGN.md section 3): a write whose ``cancel_epoch`` is old gets 409
+fence (docs/api.md, worker protocol): a write whose ``cancel_epoch`` is old gets 409
 ``stale_after_cancel``, one whose ``lease_epoch`` is old (or whose lease ran out)
 409 ``stale_worker``, and a refused write changes nothing. Heartbeat and release
 are fenced by ``lease_epoch`` only.

@@ -33,7 +33,7 @@ class ApprovalForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
-        # UX 9: a reason is required to deny, so the agent and the audit trail learn why.
+        # a reason is required to deny, so the agent and the audit trail learn why.
         if cleaned.get("decision") == "deny" and not cleaned.get("comment"):
             self.add_error("comment", _("Say why you deny it; the reason is kept with the run."))
         return cleaned

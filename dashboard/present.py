@@ -80,7 +80,7 @@ def ago_text(value: dt.datetime, now: dt.datetime | None = None) -> str:
     return _("%(span)s ago") % {"span": span(((now or timezone.now()) - value).total_seconds())}
 
 
-# --- Status words (UX 17) ------------------------------------------------------------------
+# --- Status words (docs/dashboard.md) ------------------------------------------------------------------
 
 FAILURE_WORDS = {
     FailureClass.TRANSIENT: gettext_lazy("retry budget spent"),
@@ -254,7 +254,7 @@ def describe_action(action: Any) -> ActionView:
     target = str(data.get("target") or "")
     verb = _first(data, _VERB_KEYS)
     if verb is None and "_" in name:
-        # update_auth_config -> "Update staging/auth/config via update_auth_config" (UX 1).
+        # update_auth_config -> "Update staging/auth/config via update_auth_config" (docs/dashboard.md).
         verb = name.split("_", 1)[0]
     title = _first(data, _TITLE_KEYS)
     template, parts = "%(title)s", {"title": str(title or "")}
@@ -350,7 +350,7 @@ def who(req: InputRequest) -> str:
 
 
 def request_outcome_text(req: InputRequest) -> str:
-    """Why a request can no longer be answered, naming who answered and when (UX 10, 12)."""
+    """Why a request can no longer be answered, naming who answered and when (docs/dashboard.md)."""
     if req.status == RequestStatus.ANSWERED:
         when = clock(req.answered_at)
         decision = decision_of(req)
@@ -374,7 +374,7 @@ def request_outcome_text(req: InputRequest) -> str:
 
 
 def answer_summary(req: InputRequest) -> str:
-    """What was submitted, as text (UX 12: "can't see what I submitted")."""
+    """What was submitted, as text (docs/dashboard.md)."""
     if req.answer is None:
         return ""
     if req.kind == RequestKind.AUTH_REQUIRED and isinstance(req.answer, dict):

@@ -43,7 +43,7 @@ from django.utils.translation import gettext_lazy, ngettext
 from runs.schemas import SchemaProblem, schema_problems
 
 ROOT_NAME = "answer"
-# A lone choice with this many options or fewer becomes one button per option (UX 6).
+# A lone choice with this many options or fewer becomes one button per option (docs/dashboard.md).
 MAX_BUTTON_CHOICES = 3
 MAX_RADIO_CHOICES = 6
 TEXTAREA_OVER = 200
@@ -360,7 +360,7 @@ class SchemaForm:
         return attrs
 
     def _choose_buttons(self) -> None:
-        """A lone required choice with few options is answered by one click (UX 6)."""
+        """A lone required choice with few options is answered by one click (docs/dashboard.md)."""
         if not self.root.is_fieldset or len(self.root.children) != 1:
             return
         only = self.root.children[0]

@@ -22,7 +22,7 @@ from runs.selectors import RETRY, VIEW
 
 S = SideEffectStatus
 
-# The report's groups, in the order people read them (UX.md 15): what needs a person
+# The report's groups, in the order people read them (docs/dashboard.md, the side-effect report): what needs a person
 # first, then what can never be taken back, then the rest.
 REPORT_GROUPS: tuple[tuple[str, str], ...] = (
     ("unknown", gettext_noop("Unknown — needs reconciliation")),

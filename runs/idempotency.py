@@ -1,4 +1,4 @@
-"""Idempotency keys for POST requests (DESIGN.md section 6), independent of any framework.
+"""Idempotency keys for POST requests (docs/api.md, Idempotency-Key), independent of any framework.
 
 The DRF mixin (``api.idempotency.IdempotentMixin``) and the dashboard's forms
 both call ``idempotent_call``; the rules live here once.

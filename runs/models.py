@@ -45,7 +45,7 @@ class DeclaredAgent(models.Model):
 
 class AgentGate(models.Model):
     """The kill switch of one agent: while ``paused``, nothing of the agent is claimed and
-    its running attempts stop at their next step boundary (DESIGN.md section 4).
+    its running attempts stop at their next step boundary (docs/architecture.md, the run model).
 
     One row per agent that was ever paused. ``attempt_claim`` reads it in its SQL (a
     ``NOT EXISTS``) and then takes it ``FOR SHARE``, so a claim and a pause of the same

@@ -78,7 +78,7 @@ def inbox_for_user(
     """Pending requests, soonest expiry first. ``mine_only``: only kinds the user may answer.
     Paused runs have their own tab (``paused_for_user``); ``pauses`` includes them (API).
 
-    The inbox badge and the list both come from this one query (UX 2).
+    The inbox badge and the list both come from this one query (docs/dashboard.md).
     """
     if not user.is_authenticated or not user.has_perm(VIEW):
         return InputRequest.objects.none()

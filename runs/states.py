@@ -1,7 +1,7 @@
 """The run lifecycle: every allowed transition, in one table.
 
 Services ask ``next_status(current, operation)``; anything not in the table is
-refused with ``invalid_state``. The table is DESIGN.md section 4.
+refused with ``invalid_state``. docs/architecture.md draws it.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ register = template.Library()
 
 @register.simple_tag(takes_context=True)
 def inbox_count(context: template.Context) -> int:
-    """How many requests wait for this user: the same query as the inbox list (UX 2)."""
+    """How many requests wait for this user: the same query as the inbox list (docs/dashboard.md)."""
     request = context.get("request")
     if request is None or not request.user.is_authenticated:
         return 0
@@ -51,7 +51,7 @@ def new_key() -> str:
 
 @register.simple_tag
 def ago(value: dt.datetime | None) -> SafeString:
-    """``5m 02s ago`` with the absolute time (the user's zone) on hover (UX 18)."""
+    """``5m 02s ago`` with the absolute time (the user's zone) on hover (docs/dashboard.md)."""
     if value is None:
         return format_html("{}", "—")
     return format_html(

@@ -248,7 +248,7 @@ def build_card(
         else:
             card.form = SchemaForm(req.accepted_schema, data, prefix=req.id)
     except Exception as exc:
-        # UX 3: a request that cannot be rendered is still shown, raw, with a link to its run.
+        # a request that cannot be rendered is still shown, raw, with a link to its run.
         logger.exception("request %s could not be rendered", req.id)
         card.broken = _("This request could not be shown as a form (%(error)s).") % {
             "error": type(exc).__name__
@@ -275,7 +275,7 @@ def build_card(
 
 
 def next_pending(user: Any, *, exclude: str) -> InputRequest | None:
-    """The request to offer next (UX 4: "Next pending →")."""
+    """The request to offer next (docs/dashboard.md)."""
     return (
         inbox_for_user(user=user).exclude(pk=exclude).filter(expires_at__gt=timezone.now()).first()
     )

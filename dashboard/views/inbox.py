@@ -204,7 +204,7 @@ def inbox_context(
     if replace is not None:
         replace.expanded = True
     elif cursor is None and tab in ("needs", "all"):
-        # The most urgent question the person can answer opens at once (UX 24).
+        # The most urgent question the person can answer opens at once (docs/dashboard.md).
         first = next((c for c in cards if c.is_open and c.can_answer), None)
         if first is not None:
             first.expanded = True
@@ -259,7 +259,7 @@ def inbox(request: HtmxHttpRequest) -> HttpResponse:
 @dashboard_view()
 @require_GET
 def inbox_count(request: HtmxHttpRequest) -> HttpResponse:
-    """The nav badge alone, from the same query as the list (UX 2)."""
+    """The nav badge alone, from the same query as the list (docs/dashboard.md)."""
     return render(request, "base.html#inbox-count", {})
 
 

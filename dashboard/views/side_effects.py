@@ -172,7 +172,7 @@ def _report_context(
 @dashboard_view()
 @require_GET
 def side_effect_list(request: HtmxHttpRequest) -> HttpResponse:
-    """Everything unknown or left pending by a gone worker: a person decides (UX 15)."""
+    """Everything unknown or left pending by a gone worker: a person decides (docs/dashboard.md)."""
     tab = request.GET.get("tab", "needs")
     tab = tab if tab in dict(TABS) else "needs"
     status = "needs_reconciliation" if tab == "needs" else None
@@ -201,7 +201,7 @@ def run_report(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
 @dashboard_view(require_view=False)
 @require_GET
 def retry_preview(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
-    """What a retry does with the side effects already recorded (UX 14)."""
+    """What a retry does with the side effects already recorded (docs/dashboard.md)."""
     run = run_get_for_user(user=request.user, run_id=run_id)
     effects = list(side_effects_for_run(run.id))
     # The ledger's own decision table says what a retry's step does with each record.

@@ -1,4 +1,4 @@
-"""The only writers of side effects. See DESIGN.md section 5 and the README.
+"""The only writers of side effects. See docs/ledger.md.
 
 - ``side_effect_begin``: the intention, fenced; answers act / look_up / reuse.
 - ``side_effect_record_outcome``: a fact, never fenced; late reports are flagged.

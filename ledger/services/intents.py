@@ -1,6 +1,6 @@
 """Beginning a side effect: the intention, fenced like every worker write.
 
-``side_effect_begin`` answers the decision table of DESIGN.md section 5:
+``side_effect_begin`` answers the decision table of docs/ledger.md:
 
 | the ledger says          | answer                                                   |
 |--------------------------|----------------------------------------------------------|

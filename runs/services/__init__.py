@@ -1,4 +1,4 @@
-"""The only writers of run state. See DESIGN.md sections 1-4."""
+"""The only writers of run state. See docs/architecture.md (the run model)."""
 
 from __future__ import annotations
 

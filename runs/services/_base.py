@@ -56,7 +56,7 @@ def lock_for_worker_write(
     cancel_epoch: int | None,
     worker_token_id: int | None = None,
 ) -> Fenced:
-    """Lock the run of ``attempt_id`` and apply the fence of DESIGN.md section 3.
+    """Lock the run of ``attempt_id`` and apply the fence (docs/architecture.md, where each rule lives).
 
     ``worker_token_id`` is the worker API's token (None for the in-process worker, which
     holds no token): an attempt claimed over the API takes writes from the token that

@@ -4,7 +4,7 @@ A pause waits for the step boundary and is not a fence: the step that is running
 finishes and commits normally, the checkpoint for the next step is saved, then the
 worker releases with reason ``paused`` (``attempt_release``). Cancel always wins over a
 pause. A paused run holds an ``InputRequest`` of kind ``pause``; continuing it is
-``run_resume`` with that request and its checkpoint (DESIGN.md sections 1 and 4).
+``run_resume`` with that request and its checkpoint (docs/agents.md (pause) and docs/architecture.md (the run model)).
 
 The agent gate (``AgentGate``) stops every run of an agent at its next boundary and
 keeps the agent's runs from being claimed until it reopens; held runs wait ``queued``.

@@ -109,7 +109,7 @@
     copy.focus();
   });
 
-  // --- Ctrl/Cmd+Enter submits the focused card's form (UX 19). Approvals are excluded: -----
+  // --- Ctrl/Cmd+Enter submits the focused card's form (docs/dashboard.md). Approvals are excluded: -----
   // --- approving takes a deliberate click on a button that names what it does. ------------
   document.addEventListener("keydown", function (event) {
     if (event.key !== "Enter" || !(event.ctrlKey || event.metaKey)) return;
@@ -120,7 +120,7 @@
     if (submit && !submit.disabled) form.requestSubmit(submit);
   });
 
-  // --- Required means not empty (UX 21): said next to the field before anything is sent. ------
+  // --- Required means not empty (docs/dashboard.md): said next to the field before anything is sent. ------
   // The server refuses the same answers (runs.schemas); this only saves the round trip.
   function isBlank(el) {
     return !el.disabled && String(el.value || "").trim() === "";
@@ -219,7 +219,7 @@
     focus.focus({ preventScroll: false });
   });
 
-  // --- Inbox rows (UX 24): ↑/↓ move between rows, Enter opens one in place (a summary does
+  // --- Inbox rows (docs/dashboard.md): ↑/↓ move between rows, Enter opens one in place (a summary does
   // that by itself), Esc closes it; after an answer the next pending row opens with focus
   // on its first field. A link to #request-… opens that row.
   function rowLines() {

@@ -1,4 +1,4 @@
-"""Idempotency-Key: every row of the table in DESIGN.md section 6, over HTTP and in the core."""
+"""Idempotency-Key: every row of the table in docs/api.md (Idempotency-Key), over HTTP and in the core."""
 
 from __future__ import annotations
 

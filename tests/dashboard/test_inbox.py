@@ -40,7 +40,7 @@ def test_it_lists_what_the_user_may_answer_soonest_expiry_first(
     client.force_login(approver)
     html = client.get("/").content.decode()
     assert html.index(f'id="request-{soon.id}"') < html.index(f'id="request-{late.id}"')
-    # The badge and the list come from the same query (UX 2).
+    # The badge and the list come from the same query (docs/dashboard.md).
     assert '<span id="inbox-count" class="badge badge-hot"' in html
     assert 'aria-label="2 waiting">2</span>' in html
     assert "请选择需要保持兼容的 Token 版本" in html
@@ -108,7 +108,7 @@ def test_it_answers_and_resumes_the_run_without_javascript(client: Client, opera
     assert Attempt.objects.filter(run=run, reason="resume").count() == 1
     page = client.get(response["Location"]).content.decode()
     assert "Answer sent. The run resumes in a new attempt." in page
-    assert f'id="request-{req.id}"' not in page  # the row left the inbox (UX 4)
+    assert f'id="request-{req.id}"' not in page  # the row left the inbox (docs/dashboard.md)
 
 
 def test_it_swaps_in_the_answered_card_with_next_pending_and_a_fresh_count(

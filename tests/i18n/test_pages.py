@@ -1,5 +1,5 @@
 # ruff: noqa: RUF001, RUF003  (Chinese text uses full-width punctuation on purpose)
-"""The dashboard speaks Simplified Chinese to a browser that asks for it (UX 20).
+"""The dashboard speaks Simplified Chinese to a browser that asks for it (docs/dashboard.md).
 
 The language comes from the browser (``Accept-Language: zh-CN``) or from the switcher in
 the nav (Django's ``set_language``, a cookie); English stays the default. Only our UI is
@@ -138,7 +138,7 @@ def test_it_switches_language_with_the_nav_switcher(client: Client, viewer: User
 
 
 def test_it_says_every_status_word_in_chinese(client: Client, operator: User) -> None:
-    """UX 17, in Chinese: each run status as a person reads it, in the list and on the page."""
+    """Status words (docs/dashboard.md), in Chinese: each run status as a person reads it, in the list and on the page."""
     runs: dict[str, Run] = {}
     runs["queued"] = start()
     services.run_cancel(run_id=runs["queued"].id, reason="not needed")  # cancelled at once

@@ -10,7 +10,8 @@ import pytest
 from django.contrib.auth.models import Group, Permission, User
 from django.test import Client
 
-from live import consumers
+from live import consumers, sessions
+from live import roles as live_roles
 from runs import services
 from runs.groups import ensure_default_groups
 from runs.models import Run
@@ -65,10 +66,10 @@ def test_it_renders_the_users_part_once_per_role_and_each_role_gets_its_own(
         user.username: page_cookie(user, f"/runs/{target.id}/") for user in operators + viewers
     }
 
-    rendered: list[consumers.Role] = []
+    rendered: list[live_roles.Role] = []
     real = consumers._render_run_for_role
 
-    def counting(request: Any, role: consumers.Role, *args: Any) -> str:
+    def counting(request: Any, role: live_roles.Role, *args: Any) -> str:
         rendered.append(role)
         return real(request, role, *args)
 
@@ -104,7 +105,7 @@ def test_it_renders_the_users_part_once_per_role_and_each_role_gets_its_own(
     # Four sockets, two roles: two renders of the user's part.
     assert sorted(role.has_perm("runs.cancel_run") for role in rendered) == [False, True]
     for html in frames.values():
-        assert consumers._MARK not in html
+        assert live_roles._MARK not in html
         assert f'id="run-{target.id}-controls"' in html
         assert "Which versions?" in html
     for user in operators:
@@ -164,7 +165,7 @@ def test_it_reads_everyones_permissions_in_two_queries(
     users += list(User.objects.filter(pk__in=[boss.pk, nobody.pk]).order_by("pk"))
 
     with django_assert_num_queries(2):
-        roles = consumers.permissions_of(users)
+        roles = sessions.permissions_of(users)
         # The users' own permission caches are filled: has_perm asks no more.
         assert [u.has_perm("runs.view_run") for u in users if not u.is_superuser] == [
             True,
@@ -180,7 +181,7 @@ def test_it_reads_everyones_permissions_in_two_queries(
         assert role.get_all_permissions() == fresh.get_all_permissions() or fresh.is_superuser
         for perm in ("runs.view_run", "runs.cancel_run", "runs.retry_run", "runs.approve_run"):
             assert role.has_perm(perm) == fresh.has_perm(perm), (user.username, perm)
-    assert roles[id(users[0])] == consumers.Role(
+    assert roles[id(users[0])] == live_roles.Role(
         frozenset(User.objects.get(pk=operator.pk).get_all_permissions())
     )
     assert roles[id(users[0])] != roles[id(users[1])]

@@ -1,0 +1,120 @@
+"""What a push rendered once for many sockets may know of the people it is for.
+
+A ``Role`` is everyone with the same permissions; the parts of a page that depend on what
+the user may do are rendered once per role and push (``live/hub.py``), and each socket then
+fills in what must be its own (its CSRF token, fresh idempotency keys: ``personalize``).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest, HttpResponse
+from django.middleware.csrf import CsrfViewMiddleware, get_token
+
+from dashboard.actions import new_idempotency_key
+
+
+@dataclass(frozen=True)
+class Role:
+    """Everyone with the same permissions: what a render shared by their sockets may know.
+
+    It stands in for the user in the parts of a page that depend on what the user may do
+    (the cancel and retry forms, the question's card, the badge's count): they are
+    rendered once per role and push, not once per socket. It has permissions and nothing
+    else (no name, no id, no session), so a fragment rendered for a role cannot carry
+    anything of one person to another; what must be a person's own (the CSRF token,
+    fresh idempotency keys) is filled in per socket (``Personal``).
+    """
+
+    perms: frozenset[str]
+    superuser: bool = False
+
+    is_active = True
+    is_authenticated = True
+    is_anonymous = False
+    is_staff = False
+    pk = None
+
+    @property
+    def is_superuser(self) -> bool:
+        return self.superuser
+
+    def get_username(self) -> str:
+        return ""
+
+    def has_perm(self, perm: str, obj: Any = None) -> bool:
+        return obj is None and (self.superuser or perm in self.perms)
+
+    def has_perms(self, perm_list: Iterable[str], obj: Any = None) -> bool:
+        return all(self.has_perm(perm, obj) for perm in perm_list)
+
+    def has_module_perms(self, app_label: str) -> bool:
+        return self.superuser or any(p.startswith(app_label + ".") for p in self.perms)
+
+    def get_all_permissions(self, obj: Any = None) -> set[str]:
+        return set(self.perms) if obj is None else set()
+
+
+NOBODY = Role(frozenset())
+
+
+def live_request(scope: dict[str, Any], user: Any) -> HttpRequest:
+    """A request that stands for the socket's page at this moment, for ``user``.
+
+    The CSRF token comes from the page's own cookie, so a pushed form posts like a
+    rendered one; language and time zone come from the page's cookies and headers.
+    """
+    request = ASGIRequest({**scope, "type": "http", "method": "GET"}, io.BytesIO())
+    request.user = user
+    CsrfViewMiddleware(lambda _request: HttpResponse()).process_request(request)
+    return request
+
+
+def role_request(request: HttpRequest, role: Role) -> HttpRequest:
+    """A request for ``role`` with nothing of the socket's person in it (no cookies, no
+    headers, no query): only its page's path. Language and time zone are the render's."""
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": request.path,
+        "root_path": getattr(request, "scope", {}).get("root_path", ""),
+        "headers": [],
+        "query_string": b"",
+    }
+    neutral = ASGIRequest(scope, io.BytesIO())
+    neutral.user = role  # type: ignore[assignment]  # it quacks like a user, on purpose
+    return neutral
+
+
+# What a role's render leaves for each socket to fill in. The mark is secret and new in
+# every process, so no text an agent sent (a prompt, a context item) can contain it.
+_MARK = f"hp{secrets.token_hex(8)}"
+_PERSONAL = re.compile(_MARK + r"-(csrf|key\d+)")
+
+
+def personal(name: str) -> str:
+    """A mark for a value that must be the socket's own: "csrf", or "key<n>" for a form's
+    idempotency key (every socket gets its own, as every page render does)."""
+    return f"{_MARK}-{name}"
+
+
+def personalize(html: str, request: HttpRequest) -> str:
+    """``html`` rendered for a role, made this socket's: the CSRF token of its own cookie
+    (freshly masked, like a page's) and fresh idempotency keys."""
+    if _MARK not in html:
+        return html
+    keys: dict[str, str] = {}
+
+    def fill(match: re.Match[str]) -> str:
+        if match[1] == "csrf":
+            return get_token(request)
+        return keys.setdefault(match[1], new_idempotency_key())
+
+    return _PERSONAL.sub(fill, html)

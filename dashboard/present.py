@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,8 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, pgettext
 
+from ledger.events import SideEffectEvent
+from runs.events import EventType
 from runs.models import InputRequest, Run, RunEvent
 from runs.states import FailureClass, RequestKind, RequestStatus, RunStatus
 
@@ -479,24 +482,27 @@ def context_items(context: Any) -> list[ContextItem]:
 # --- Timeline -------------------------------------------------------------------------------
 
 TIMELINE_FILTERS = {
-    "failures": (gettext_lazy("Failures"), ("attempt.failed", "attempt.lost", "run.failed")),
+    "failures": (
+        gettext_lazy("Failures"),
+        (EventType.ATTEMPT_FAILED, EventType.ATTEMPT_LOST, EventType.RUN_FAILED),
+    ),
     "decisions": (
         gettext_lazy("Human decisions"),
         (
-            "run.interrupted",
-            "request.answered",
-            "request.closed",
-            "run.resumed",
-            "run.cancel_requested",
-            "run.cancelled",
-            "run.retried",
-            "run.created",
-            "run.approved_at_start",
-            "run.pause_requested",
-            "run.paused",
-            "run.continued",
-            "agent.paused",
-            "agent.unpaused",
+            EventType.RUN_INTERRUPTED,
+            EventType.REQUEST_ANSWERED,
+            EventType.REQUEST_CLOSED,
+            EventType.RUN_RESUMED,
+            EventType.RUN_CANCEL_REQUESTED,
+            EventType.RUN_CANCELLED,
+            EventType.RUN_RETRIED,
+            EventType.RUN_CREATED,
+            EventType.RUN_APPROVED_AT_START,
+            EventType.RUN_PAUSE_REQUESTED,
+            EventType.RUN_PAUSED,
+            EventType.RUN_CONTINUED,
+            EventType.AGENT_PAUSED,
+            EventType.AGENT_UNPAUSED,
         ),
     ),
     "side_effects": (gettext_lazy("Side effects"), ("side_effect.",)),
@@ -525,137 +531,149 @@ def event_tone(event: RunEvent) -> str:
     return "neutral"
 
 
-def describe_event(event: RunEvent) -> str:
-    p = event.payload if isinstance(event.payload, dict) else {}
-    t = event.type
-    if t == "run.created":
-        return _("Run created for agent %(agent)s.") % {"agent": p.get("agent", "")}
-    if t == "run.approved_at_start":
-        steps = p.get("steps")
-        return _("Approved at start by %(who)s: %(steps)s.") % {
-            "who": p.get("by") or "—",
-            "steps": ", ".join(str(s) for s in steps) if isinstance(steps, list) else "",
-        }
-    if t == "attempt.claimed":
-        return _("Attempt %(n)s started on a worker.") % {"n": p.get("number", "?")}
-    if t == "checkpoint.saved":
-        return _("Checkpoint #%(n)s saved; next step: %(step)s.") % {
-            "n": p.get("number", "?"),
-            "step": p.get("step", ""),
-        }
-    if t == "run.interrupted":
-        kind = _("an approval") if p.get("kind") == RequestKind.AUTH_REQUIRED else _("input")
-        return _("Stopped to ask for %(kind)s at step %(step)s.") % {
-            "kind": kind,
-            "step": p.get("step_id") or "—",
-        }
-    if t == "request.answered":
-        answer = p.get("answer")
-        if p.get("kind") == RequestKind.AUTH_REQUIRED and isinstance(answer, dict):
-            decision = answer.get("decision")
-            return _("Approved.") if decision == "approve" else _("Denied.")
-        return _("Answered.")
-    if t == "request.closed":
-        reason = p.get("reason", "")
-        return _("Question closed: %(reason)s") % {
-            "reason": _(reason) if isinstance(reason, str) and reason else reason
-        }
-    if t == "run.resumed":
-        return _("Resumed in a new attempt.")
-    if t == "run.cancel_requested":
-        reason = p.get("reason") or "—"
-        return _("Cancel requested. Reason: %(reason)s") % {"reason": reason}
-    if t == "run.cancelled":
-        return _("Cancelled.")
-    if t == "run.pause_requested":
-        if p.get("lease_live"):
-            return _(
-                "Pause requested: the running step finishes, then the run pauses. Reason: %(reason)s"
-            ) % {"reason": p.get("reason") or "—"}
-        return _("Pause requested. Reason: %(reason)s") % {"reason": p.get("reason") or "—"}
-    if t == "run.paused":
-        if p.get("breakpoint"):
-            return _("Paused at the breakpoint before step %(step)s.") % {
-                "step": p.get("breakpoint")
-            }
-        if p.get("step"):
-            return _("Paused before step %(step)s, its checkpoint saved.") % {"step": p.get("step")}
-        return _("Paused before its first step.")
-    if t == "run.continued":
-        return _("Continued in a new attempt.")
-    if t == "run.held":
-        return _("Stopped at a step boundary: its agent is paused; it waits in the queue.")
-    if t == "agent.paused":
-        return _("Agent %(agent)s paused. Reason: %(reason)s") % {
-            "agent": p.get("agent", ""),
-            "reason": p.get("reason") or "—",
-        }
-    if t == "agent.unpaused":
-        return _("Agent %(agent)s unpaused.") % {"agent": p.get("agent", "")}
-    if t == "run.retried":
-        return _("Retry queued. Reason: %(reason)s") % {"reason": p.get("reason", "")}
-    if t == "attempt.failed":
-        return _("Attempt failed (%(cls)s): %(type)s: %(message)s") % {
-            "cls": p.get("class", ""),
-            "type": p.get("type", ""),
-            "message": p.get("message", ""),
-        }
-    if t == "run.failed":
-        return _("Run failed (%(cls)s). %(detail)s") % {
-            "cls": p.get("failure_class", ""),
-            "detail": p.get("detail", ""),
-        }
-    if t == "run.backing_off":
-        return _("Backing off %(delay)ss before the next attempt.") % {
-            "delay": p.get("delay_seconds", "?")
-        }
-    if t == "run.queued":
-        return _("Backoff over; queued again.")
-    if t == "run.requeued":
-        return _("Queued again after the worker lost its lease.")
-    if t == "attempt.lost":
-        return _("Worker %(worker)s lost its lease.") % {"worker": p.get("worker_id", "")}
-    if t == "attempt.released":
-        return _("Worker let go of the attempt (%(reason)s).") % {"reason": p.get("reason", "")}
-    if t == "run.succeeded":
-        return _("Succeeded.")
-    if t == "agent.log":
-        step = p.get("step")
-        message = str(p.get("message", ""))
-        found = p.get("data")
-        data: dict[str, Any] = found if isinstance(found, dict) else {}
-        if data.get("event") == "approval_skipped":
-            # Written by the SDK, not the agent: said in the reader's language.
-            message = _(
-                "Did not ask for approval of %(action)s on %(target)s: the planned change "
-                "is empty (nothing would change)."
-            ) % {"action": data.get("action", ""), "target": data.get("target", "")}
-        return f"{step}: {message}" if step else message
-    if t.startswith("side_effect."):
-        what = SIDE_EFFECT_WORDS.get(t[len("side_effect.") :], t)
-        extra = ""
-        if t == "side_effect.reconciled":
-            extra = _(" as happened") if p.get("outcome") == "confirmed" else _(" as not happened")
-        return _("%(what)s%(extra)s: %(tool)s → %(target)s") % {
-            "what": what,
-            "extra": extra,
-            "tool": p.get("tool", ""),
-            "target": p.get("target", ""),
-        }
-    return t
+def _reason(p: dict[str, Any]) -> str:
+    return str(p.get("reason") or "—")
 
 
-SIDE_EFFECT_WORDS = {
-    "begun": gettext_lazy("Side effect started"),
-    "confirmed": gettext_lazy("Side effect happened"),
-    "failed": gettext_lazy("Side effect did not happen"),
-    "unknown": gettext_lazy("Side effect outcome unknown"),
-    "reused": gettext_lazy("Side effect already done; reused"),
-    "look_up": gettext_lazy("Side effect looked up by key"),
-    "reconciled": gettext_lazy("Side effect reconciled"),
-    "compensation_started": gettext_lazy("Compensation started"),
-    "compensated": gettext_lazy("Side effect compensated"),
-    "compensation_failed": gettext_lazy("Compensation failed"),
-    "late_outcome": gettext_lazy("Late outcome recorded"),
-    "outcome_ignored": gettext_lazy("Outcome ignored"),
+def _closed(p: dict[str, Any]) -> str:
+    reason = p.get("reason", "")
+    return _("Question closed: %(reason)s") % {
+        "reason": _(reason) if isinstance(reason, str) and reason else reason
+    }
+
+
+def _answered(p: dict[str, Any]) -> str:
+    answer = p.get("answer")
+    if p.get("kind") == RequestKind.AUTH_REQUIRED and isinstance(answer, dict):
+        return _("Approved.") if answer.get("decision") == "approve" else _("Denied.")
+    return _("Answered.")
+
+
+def _interrupted(p: dict[str, Any]) -> str:
+    kind = _("an approval") if p.get("kind") == RequestKind.AUTH_REQUIRED else _("input")
+    return _("Stopped to ask for %(kind)s at step %(step)s.") % {
+        "kind": kind,
+        "step": p.get("step_id") or "—",
+    }
+
+
+def _approved_at_start(p: dict[str, Any]) -> str:
+    steps = p.get("steps")
+    return _("Approved at start by %(who)s: %(steps)s.") % {
+        "who": p.get("by") or "—",
+        "steps": ", ".join(str(s) for s in steps) if isinstance(steps, list) else "",
+    }
+
+
+def _pause_requested(p: dict[str, Any]) -> str:
+    if p.get("lease_live"):
+        return _(
+            "Pause requested: the running step finishes, then the run pauses. Reason: %(reason)s"
+        ) % {"reason": _reason(p)}
+    return _("Pause requested. Reason: %(reason)s") % {"reason": _reason(p)}
+
+
+def _paused(p: dict[str, Any]) -> str:
+    if p.get("breakpoint"):
+        return _("Paused at the breakpoint before step %(step)s.") % {"step": p.get("breakpoint")}
+    if p.get("step"):
+        return _("Paused before step %(step)s, its checkpoint saved.") % {"step": p.get("step")}
+    return _("Paused before its first step.")
+
+
+def _agent_log(p: dict[str, Any]) -> str:
+    step = p.get("step")
+    message = str(p.get("message", ""))
+    found = p.get("data")
+    data: dict[str, Any] = found if isinstance(found, dict) else {}
+    if data.get("event") == "approval_skipped":
+        # Written by the SDK, not the agent: said in the reader's language.
+        message = _(
+            "Did not ask for approval of %(action)s on %(target)s: the planned change "
+            "is empty (nothing would change)."
+        ) % {"action": data.get("action", ""), "target": data.get("target", "")}
+    return f"{step}: {message}" if step else message
+
+
+E = EventType
+# The timeline's sentence for each event of the run store, from its payload. The ledger's
+# events name themselves (ledger/events.py); an unknown type reads as itself.
+SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
+    E.RUN_CREATED: lambda p: _("Run created for agent %(agent)s.") % {"agent": p.get("agent", "")},
+    E.RUN_APPROVED_AT_START: _approved_at_start,
+    E.ATTEMPT_CLAIMED: lambda p: (
+        _("Attempt %(n)s started on a worker.") % {"n": p.get("number", "?")}
+    ),
+    E.CHECKPOINT_SAVED: lambda p: (
+        _("Checkpoint #%(n)s saved; next step: %(step)s.")
+        % {"n": p.get("number", "?"), "step": p.get("step", "")}
+    ),
+    E.RUN_INTERRUPTED: _interrupted,
+    E.REQUEST_ANSWERED: _answered,
+    E.REQUEST_CLOSED: _closed,
+    E.RUN_RESUMED: lambda p: _("Resumed in a new attempt."),
+    E.RUN_CANCEL_REQUESTED: lambda p: (
+        _("Cancel requested. Reason: %(reason)s") % {"reason": _reason(p)}
+    ),
+    E.RUN_CANCELLED: lambda p: _("Cancelled."),
+    E.RUN_PAUSE_REQUESTED: _pause_requested,
+    E.RUN_PAUSED: _paused,
+    E.RUN_CONTINUED: lambda p: _("Continued in a new attempt."),
+    E.RUN_HELD: lambda p: _(
+        "Stopped at a step boundary: its agent is paused; it waits in the queue."
+    ),
+    E.AGENT_PAUSED: lambda p: (
+        _("Agent %(agent)s paused. Reason: %(reason)s")
+        % {"agent": p.get("agent", ""), "reason": _reason(p)}
+    ),
+    E.AGENT_UNPAUSED: lambda p: _("Agent %(agent)s unpaused.") % {"agent": p.get("agent", "")},
+    E.RUN_RETRIED: lambda p: (
+        _("Retry queued. Reason: %(reason)s") % {"reason": p.get("reason", "")}
+    ),
+    E.ATTEMPT_FAILED: lambda p: (
+        _("Attempt failed (%(cls)s): %(type)s: %(message)s")
+        % {"cls": p.get("class", ""), "type": p.get("type", ""), "message": p.get("message", "")}
+    ),
+    E.RUN_FAILED: lambda p: (
+        _("Run failed (%(cls)s). %(detail)s")
+        % {"cls": p.get("failure_class", ""), "detail": p.get("detail", "")}
+    ),
+    E.RUN_BACKING_OFF: lambda p: (
+        _("Backing off %(delay)ss before the next attempt.")
+        % {"delay": p.get("delay_seconds", "?")}
+    ),
+    E.RUN_QUEUED: lambda p: _("Backoff over; queued again."),
+    E.RUN_REQUEUED: lambda p: _("Queued again after the worker lost its lease."),
+    E.ATTEMPT_LOST: lambda p: (
+        _("Worker %(worker)s lost its lease.") % {"worker": p.get("worker_id", "")}
+    ),
+    E.ATTEMPT_RELEASED: lambda p: (
+        _("Worker let go of the attempt (%(reason)s).") % {"reason": p.get("reason", "")}
+    ),
+    E.RUN_SUCCEEDED: lambda p: _("Succeeded."),
+    E.AGENT_LOG: _agent_log,
 }
+
+
+def _side_effect_sentence(event_type: str, p: dict[str, Any]) -> str:
+    what = SideEffectEvent(event_type).label if event_type in SideEffectEvent.values else event_type
+    extra = ""
+    if event_type == SideEffectEvent.RECONCILED:
+        extra = _(" as happened") if p.get("outcome") == "confirmed" else _(" as not happened")
+    return _("%(what)s%(extra)s: %(tool)s → %(target)s") % {
+        "what": what,
+        "extra": extra,
+        "tool": p.get("tool", ""),
+        "target": p.get("target", ""),
+    }
+
+
+def describe_event(event: RunEvent) -> str:
+    """The timeline's sentence for ``event``, in the reader's language."""
+    p = event.payload if isinstance(event.payload, dict) else {}
+    sentence = SENTENCES.get(event.type)
+    if sentence is not None:
+        return sentence(p)
+    if event.type.startswith("side_effect."):
+        return _side_effect_sentence(event.type, p)
+    return event.type

@@ -47,6 +47,7 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import DEFAULT_DB_ALIAS, transaction
 from django.db.models.signals import post_save
 
+from runs.events import EventType
 from runs.models import InputRequest, RunEvent
 
 logger = logging.getLogger(__name__)
@@ -59,7 +60,9 @@ MESSAGE_TYPE = "runs.changed"
 
 
 # Run events that are about a run's question (the inbox shows questions only).
-REQUEST_EVENTS = frozenset({"run.interrupted", "request.answered", "request.closed"})
+REQUEST_EVENTS = frozenset(
+    {EventType.RUN_INTERRUPTED, EventType.REQUEST_ANSWERED, EventType.REQUEST_CLOSED}
+)
 
 
 class Batch:

@@ -13,12 +13,46 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from enum import StrEnum
 from functools import partial
 from typing import Any
 
 from django.db import connection, transaction
 
 from runs.models import Run, RunEvent
+
+
+class EventType(StrEnum):
+    """Every event type the run store writes. The side-effect ledger's are its own
+    (``ledger/events.py``); the timeline's sentence for each is in ``dashboard/present.py``."""
+
+    RUN_CREATED = "run.created"
+    RUN_APPROVED_AT_START = "run.approved_at_start"
+    ATTEMPT_CLAIMED = "attempt.claimed"
+    CHECKPOINT_SAVED = "checkpoint.saved"
+    RUN_INTERRUPTED = "run.interrupted"
+    REQUEST_ANSWERED = "request.answered"
+    REQUEST_CLOSED = "request.closed"
+    RUN_RESUMED = "run.resumed"
+    RUN_CANCEL_REQUESTED = "run.cancel_requested"
+    RUN_CANCELLED = "run.cancelled"
+    RUN_PAUSE_REQUESTED = "run.pause_requested"
+    RUN_PAUSED = "run.paused"
+    RUN_CONTINUED = "run.continued"
+    RUN_HELD = "run.held"
+    AGENT_PAUSED = "agent.paused"
+    AGENT_UNPAUSED = "agent.unpaused"
+    RUN_RETRIED = "run.retried"
+    ATTEMPT_FAILED = "attempt.failed"
+    RUN_FAILED = "run.failed"
+    RUN_BACKING_OFF = "run.backing_off"
+    RUN_QUEUED = "run.queued"
+    RUN_REQUEUED = "run.requeued"
+    ATTEMPT_LOST = "attempt.lost"
+    ATTEMPT_RELEASED = "attempt.released"
+    RUN_SUCCEEDED = "run.succeeded"
+    AGENT_LOG = "agent.log"
+
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +65,7 @@ _listeners: list[RunChangedListener] = []
 
 
 def append_event(
-    run: Run, type: str, actor: str, payload: dict[str, Any] | None = None
+    run: Run, type: EventType | str, actor: str, payload: dict[str, Any] | None = None
 ) -> RunEvent:
     """Append the next event of ``run`` (locked by the caller) and schedule the change signal."""
     run.last_event_seq += 1

@@ -35,6 +35,7 @@ from runs.events import (
     CANCEL_CHANNEL,
     PAUSE_CHANNEL,
     WORK_CHANNEL,
+    EventType,
     on_run_changed,
     remove_run_changed,
 )
@@ -48,15 +49,15 @@ logger = logging.getLogger("runtime")
 # Events after which an attempt may be due: wake idle workers of this process.
 WORK_EVENTS = frozenset(
     {
-        "run.created",
-        "run.resumed",
-        "run.continued",
-        "run.held",
-        "agent.unpaused",
-        "run.retried",
-        "run.queued",
-        "run.requeued",
-        "attempt.released",
+        EventType.RUN_CREATED,
+        EventType.RUN_RESUMED,
+        EventType.RUN_CONTINUED,
+        EventType.RUN_HELD,
+        EventType.AGENT_UNPAUSED,
+        EventType.RUN_RETRIED,
+        EventType.RUN_QUEUED,
+        EventType.RUN_REQUEUED,
+        EventType.ATTEMPT_RELEASED,
     }
 )
 
@@ -215,12 +216,12 @@ class WorkerPool:
     def _on_run_changed(self, run_id: str, event_type: str) -> None:
         if event_type in WORK_EVENTS:
             self.waker.wake()
-        elif event_type == "run.cancel_requested":
+        elif event_type == EventType.RUN_CANCEL_REQUESTED:
             with self._active_lock:
                 controls = [c for c in self._active.values() if c.lease.run_id == run_id]
             for control in controls:
                 control.request_cancel("in-process signal")
-        elif event_type in ("run.pause_requested", "agent.paused"):
+        elif event_type in (EventType.RUN_PAUSE_REQUESTED, EventType.AGENT_PAUSED):
             with self._active_lock:
                 controls = [c for c in self._active.values() if c.lease.run_id == run_id]
             for control in controls:

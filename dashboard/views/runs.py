@@ -45,6 +45,7 @@ from dashboard.present import (
 from dashboard.views.cards import RequestCard, build_card
 from runs import services
 from runs.agents import all_agent_specs
+from runs.events import EventType
 from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent
 from runs.selectors import CANCEL, RETRY, run_get_for_user, runs_for_user
 from runs.states import CANCELLABLE, RequestKind, RequestStatus, RunStatus
@@ -436,7 +437,7 @@ def run_cancel(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         message = outcome.detail
     else:
         message = _already(
-            run, "run.cancel_requested", _("Already cancelled by %(who)s at %(when)s.")
+            run, EventType.RUN_CANCEL_REQUESTED, _("Already cancelled by %(who)s at %(when)s.")
         )
         if not message or run.status not in (RunStatus.CANCELLED, RunStatus.CANCEL_REQUESTED):
             message = _("Nothing to cancel: the run is %(status)s.") % {
@@ -497,9 +498,9 @@ def run_retry(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
         RunStatus.FAILED,
         RunStatus.CANCELLED,
     ):
-        message = _already(run, "run.retried", _("Already retried by %(who)s at %(when)s.")) or _(
-            "Cannot retry: the run is %(status)s."
-        ) % {"status": run_status_text(run).lower()}
+        message = _already(
+            run, EventType.RUN_RETRIED, _("Already retried by %(who)s at %(when)s.")
+        ) or _("Cannot retry: the run is %(status)s.") % {"status": run_status_text(run).lower()}
     else:
         message = outcome.detail
     return _run_reply(request, run, outcome=outcome, message=message, message_while=while_)

@@ -33,6 +33,7 @@ from typing import Any, Literal
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
+from ledger.events import SideEffectEvent
 from ledger.models import Reversibility, SideEffect, SideEffectStatus
 from ledger.outbound import redact_request
 from ledger.services._common import (
@@ -407,7 +408,7 @@ def side_effect_begin(
             ) from None
         emit(
             run,
-            "side_effect.begun",
+            SideEffectEvent.BEGUN,
             worker,
             effect,
             attempt_id=attempt.id,
@@ -443,7 +444,7 @@ def side_effect_begin(
         effect.save(update_fields=["attempt", "updated_at"])
         emit(
             run,
-            "side_effect.look_up",
+            SideEffectEvent.LOOK_UP,
             worker,
             effect,
             attempt_id=attempt.id,
@@ -455,7 +456,7 @@ def side_effect_begin(
     if decision == "reuse":
         emit(
             run,
-            "side_effect.reused",
+            SideEffectEvent.REUSED,
             worker,
             effect,
             attempt_id=attempt.id,
@@ -481,7 +482,7 @@ def side_effect_begin(
     )
     emit(
         run,
-        "side_effect.begun",
+        SideEffectEvent.BEGUN,
         worker,
         effect,
         attempt_id=attempt.id,

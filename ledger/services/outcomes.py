@@ -21,6 +21,7 @@ from typing import Any, Literal
 from django.db import transaction
 from django.utils import timezone
 
+from ledger.events import SideEffectEvent, outcome_event
 from ledger.models import SideEffect, SideEffectStatus
 from ledger.services._common import (
     attempt_is_live,
@@ -123,7 +124,7 @@ def apply_outcome(
     if ignored_because is not None:
         emit(
             run,
-            "side_effect.outcome_ignored",
+            SideEffectEvent.OUTCOME_IGNORED,
             actor,
             effect,
             reported_status=status,
@@ -151,7 +152,7 @@ def apply_outcome(
     effect.save()
     emit(
         run,
-        "side_effect.late_outcome" if late else f"side_effect.{status}",
+        SideEffectEvent.LATE_OUTCOME if late else outcome_event(status),
         actor,
         effect,
         previous_status=current,

@@ -7,6 +7,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from ledger.events import SideEffectEvent, outcome_event
 from ledger.models import Resolution, Reversibility, SideEffect, SideEffectStatus
 from ledger.services._common import (
     check_text,
@@ -80,7 +81,7 @@ def side_effect_reconcile(
     effect.save()
     emit(
         run,
-        "side_effect.reconciled",
+        SideEffectEvent.RECONCILED,
         actor,
         effect,
         outcome=outcome,
@@ -179,7 +180,7 @@ def _compensation_start(
     effect.save()
     emit(
         run,
-        "side_effect.compensation_started",
+        SideEffectEvent.COMPENSATION_STARTED,
         actor,
         effect,
         compensation_idempotency_key=effect.compensation_idempotency_key,
@@ -212,7 +213,7 @@ def _compensation_finish(
     effect.save()
     emit(
         run,
-        f"side_effect.{effect.status}",
+        outcome_event(effect.status),
         actor,
         effect,
         compensation_idempotency_key=effect.compensation_idempotency_key,

@@ -14,7 +14,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from runs.clock import row_now, with_db_now
 from runs.errors import HoldpointError
-from runs.events import append_event, notify_work
+from runs.events import EventType, append_event, notify_work
 from runs.leases import lease_ran_out
 from runs.metrics import STALE_WRITES
 from runs.models import AgentGate, Attempt, Checkpoint, InputRequest, Run
@@ -155,7 +155,7 @@ def close_request(
     )
     append_event(
         run,
-        "request.closed",
+        EventType.REQUEST_CLOSED,
         actor,
         {"request_id": request_id, "status": status, "reason": reason},
     )
@@ -294,7 +294,7 @@ def pause_locked(
     clear_pause_request(run)
     append_event(
         run,
-        "run.paused",
+        EventType.RUN_PAUSED,
         actor,
         {
             "request_id": request.id,

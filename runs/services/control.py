@@ -16,7 +16,7 @@ from django.utils.translation import gettext, gettext_noop
 from runs.agents import agent_spec
 from runs.clock import db_now
 from runs.errors import HoldpointError
-from runs.events import append_event, notify_cancel
+from runs.events import EventType, append_event, notify_cancel
 from runs.leases import lease_ran_out
 from runs.metrics import measured
 from runs.models import Attempt, Checkpoint, InputRequest, Run
@@ -174,7 +174,7 @@ def run_resume(
     if request.kind != RequestKind.PAUSE:
         append_event(
             run,
-            "request.answered",
+            EventType.REQUEST_ANSWERED,
             actor,
             {"request_id": request.id, "kind": request.kind, "answer": value},
         )
@@ -192,7 +192,7 @@ def run_resume(
         paused_at = request.created_at
         append_event(
             run,
-            "run.continued",
+            EventType.RUN_CONTINUED,
             actor,
             {
                 "attempt_id": attempt.id,
@@ -204,7 +204,7 @@ def run_resume(
     else:
         append_event(
             run,
-            "run.resumed",
+            EventType.RUN_RESUMED,
             actor,
             {"attempt_id": attempt.id, "request_id": request.id, "checkpoint_id": checkpoint_id},
         )
@@ -242,7 +242,7 @@ def run_cancel(
     )
     append_event(
         run,
-        "run.cancel_requested",
+        EventType.RUN_CANCEL_REQUESTED,
         actor,
         {"cancel_epoch": run.cancel_epoch, "reason": reason, "lease_live": lease_live},
     )
@@ -272,7 +272,7 @@ def run_cancel(
         run.failure_class = FailureClass.CANCELLED
         run.finished_at = now
         run.not_before = None
-        append_event(run, "run.cancelled", actor, {"cancel_epoch": run.cancel_epoch})
+        append_event(run, EventType.RUN_CANCELLED, actor, {"cancel_epoch": run.cancel_epoch})
     run.save()
     return run
 
@@ -322,7 +322,7 @@ def run_retry(
     attempt = queue_attempt(run, reason=AttemptReason.RETRY, resume_from=checkpoint, not_before=now)
     append_event(
         run,
-        "run.retried",
+        EventType.RUN_RETRIED,
         actor,
         {
             "attempt_id": attempt.id,

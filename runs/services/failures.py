@@ -13,7 +13,7 @@ from django.utils.translation import gettext_noop
 
 from runs.agents import RetryPolicy, agent_spec
 from runs.errors import HoldpointError
-from runs.events import append_event
+from runs.events import EventType, append_event
 from runs.models import Attempt, InputRequest, Run
 from runs.services._base import (
     clear_pause_request,
@@ -123,7 +123,7 @@ def attempt_fail(
     worker = f"worker:{attempt.worker_id}"
     append_event(
         run,
-        "attempt.failed",
+        EventType.ATTEMPT_FAILED,
         worker,
         {
             "attempt_id": attempt.id,
@@ -178,7 +178,7 @@ def attempt_fail(
             )
             append_event(
                 run,
-                "run.backing_off",
+                EventType.RUN_BACKING_OFF,
                 "system:retry",
                 {
                     "next_attempt_id": new.id,
@@ -210,7 +210,7 @@ def _stop(
     run.finished_at = now
     if payload is None:
         payload = {"failure_class": failure_class, "detail": detail}
-    append_event(run, "run.failed", actor, payload)
+    append_event(run, EventType.RUN_FAILED, actor, payload)
 
 
 def fail_locked_for_lost_lease(run: Run, attempt: Attempt, *, now: Any) -> None:
@@ -224,7 +224,7 @@ def fail_locked_for_lost_lease(run: Run, attempt: Attempt, *, now: Any) -> None:
     actor = "system:sweeper"
     append_event(
         run,
-        "attempt.lost",
+        EventType.ATTEMPT_LOST,
         actor,
         {
             "attempt_id": attempt.id,
@@ -260,7 +260,9 @@ def fail_locked_for_lost_lease(run: Run, attempt: Attempt, *, now: Any) -> None:
     new = queue_attempt(
         run, reason=AttemptReason.LEASE_EXPIRED, resume_from=run.latest_checkpoint, not_before=now
     )
-    append_event(run, "run.requeued", actor, {"next_attempt_id": new.id, "reason": "lease_expired"})
+    append_event(
+        run, EventType.RUN_REQUEUED, actor, {"next_attempt_id": new.id, "reason": "lease_expired"}
+    )
 
 
 def _pause_requested_done(run: Run, attempt: Attempt, *, now: Any, actor: str) -> None:

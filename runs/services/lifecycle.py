@@ -20,7 +20,7 @@ from django.utils import timezone
 from runs.agents import agent_spec
 from runs.clock import db_now, row_now, with_db_now
 from runs.errors import HoldpointError
-from runs.events import append_event
+from runs.events import EventType, append_event
 from runs.metrics import measured
 from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent, claimable_q
 from runs.schemas import APPROVAL_SCHEMA, compile_schema, too_deep, validate_value
@@ -144,11 +144,11 @@ def run_start(
     }
     if run.pause_before:
         created["pause_before"] = run.pause_before
-    append_event(run, "run.created", actor, created)
+    append_event(run, EventType.RUN_CREATED, actor, created)
     if steps:
         append_event(
             run,
-            "run.approved_at_start",
+            EventType.RUN_APPROVED_AT_START,
             actor_for(user),
             {"steps": steps, "by": approved_by},
         )
@@ -295,7 +295,7 @@ def attempt_claim(
     attempt.save(update_fields=_CLAIMED_ATTEMPT_FIELDS)
     append_event(
         run,
-        "attempt.claimed",
+        EventType.ATTEMPT_CLAIMED,
         f"worker:{worker_id}",
         {
             "attempt_id": attempt.id,
@@ -401,7 +401,7 @@ def attempt_release(
         )
         append_event(
             run,
-            "run.held",
+            EventType.RUN_HELD,
             worker,
             {
                 "attempt_id": attempt.id,
@@ -421,7 +421,7 @@ def attempt_release(
         )
         append_event(
             run,
-            "attempt.released",
+            EventType.ATTEMPT_RELEASED,
             worker,
             {"attempt_id": attempt.id, "reason": reason, "next_attempt_id": attempt_new.id},
         )
@@ -436,7 +436,7 @@ def _finish_cancel(run: Run, *, now: Any, actor: str) -> None:
     run.failure_class = FailureClass.CANCELLED
     run.finished_at = now
     run.not_before = None
-    append_event(run, "run.cancelled", actor, {"cancel_epoch": run.cancel_epoch})
+    append_event(run, EventType.RUN_CANCELLED, actor, {"cancel_epoch": run.cancel_epoch})
 
 
 @transaction.atomic(durable=True)
@@ -475,7 +475,7 @@ def checkpoint_save(
         run_fields.append("cost")
     append_event(
         run,
-        "checkpoint.saved",
+        EventType.CHECKPOINT_SAVED,
         f"worker:{attempt.worker_id}",
         {"checkpoint_id": checkpoint.id, "number": number, "step": step, "attempt_id": attempt.id},
     )
@@ -604,7 +604,7 @@ def attempt_interrupt(
     run.pending_request = request
     append_event(
         run,
-        "run.interrupted",
+        EventType.RUN_INTERRUPTED,
         f"worker:{attempt.worker_id}",
         {
             "request_id": request.id,
@@ -698,7 +698,7 @@ def attempt_log(
     run, attempt = fenced.run, fenced.attempt
     event = append_event(
         run,
-        "agent.log",
+        EventType.AGENT_LOG,
         f"worker:{attempt.worker_id}",
         {
             "attempt_id": attempt.id,
@@ -740,7 +740,9 @@ def attempt_complete(
     run.finished_at = now
     run.failure_class = ""
     clear_pause_request(run)  # the last step finished: there is nothing left to pause
-    append_event(run, "run.succeeded", f"worker:{attempt.worker_id}", {"attempt_id": attempt.id})
+    append_event(
+        run, EventType.RUN_SUCCEEDED, f"worker:{attempt.worker_id}", {"attempt_id": attempt.id}
+    )
     run.save(
         update_fields=[
             "status",

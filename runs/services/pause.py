@@ -20,7 +20,7 @@ from django.utils.translation import gettext
 from runs.agents import agent_spec
 from runs.clock import db_now
 from runs.errors import HoldpointError
-from runs.events import append_event, notify_pause, notify_work
+from runs.events import EventType, append_event, notify_pause, notify_work
 from runs.metrics import measured
 from runs.models import AgentGate, Attempt, Run
 from runs.services._base import (
@@ -125,7 +125,7 @@ def run_pause(
     )
     append_event(
         run,
-        "run.pause_requested",
+        EventType.RUN_PAUSE_REQUESTED,
         actor,
         {"reason": reason, "lease_live": lease_live, "from_status": run.status},
     )
@@ -191,7 +191,7 @@ def agent_pause(
     actor = actor or actor_for(user)
     _ensure_gate_row(name)
     gate = _agent_pause(name, reason, user=user, actor=actor)
-    _tell_runs(name, "agent.paused", actor, {"agent": name, "reason": reason})
+    _tell_runs(name, EventType.AGENT_PAUSED, actor, {"agent": name, "reason": reason})
     return gate
 
 
@@ -234,7 +234,7 @@ def agent_unpause(
     actor = actor or actor_for(user)
     _ensure_gate_row(name)
     gate = _agent_unpause(name, actor=actor)
-    _tell_runs(name, "agent.unpaused", actor, {"agent": name, "reason": reason.strip()})
+    _tell_runs(name, EventType.AGENT_UNPAUSED, actor, {"agent": name, "reason": reason.strip()})
     return gate
 
 
@@ -265,7 +265,7 @@ def _tell_runs(agent: str, type: str, actor: str, payload: dict[str, Any]) -> No
     runs are locked in id order (one lock order). A worker that misses this (a crash
     in between) hears it from its next heartbeat or checkpoint answer.
     """
-    if type == "agent.paused":
+    if type == EventType.AGENT_PAUSED:
         runs = Run.objects.filter(agent=agent, status=RunStatus.RUNNING)
     else:
         runs = Run.objects.filter(
@@ -277,5 +277,5 @@ def _tell_runs(agent: str, type: str, actor: str, payload: dict[str, Any]) -> No
         for run in runs.select_for_update(of=("self",)).order_by("id"):
             append_event(run, type, actor, payload)
             run.save(update_fields=["last_event_seq", "updated_at"])
-            if type == "agent.paused" and run.current_attempt_id:
+            if type == EventType.AGENT_PAUSED and run.current_attempt_id:
                 notify_pause(str(run.current_attempt_id))

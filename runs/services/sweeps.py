@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_noop
 
 from runs.clock import db_now
-from runs.events import append_event, notify_work
+from runs.events import EventType, append_event, notify_work
 from runs.leases import lease_ran_out, lease_ran_out_q
 from runs.metrics import LEASE_EXPIRIES
 from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent
@@ -132,7 +132,7 @@ def backoffs_due(*, limit: int = 100) -> int:
                 continue
             run.status = next_status(run.status, "backoff_due")
             append_event(
-                run, "run.queued", "system:sweeper", {"attempt_id": run.current_attempt_id}
+                run, EventType.RUN_QUEUED, "system:sweeper", {"attempt_id": run.current_attempt_id}
             )
             notify_work(run.agent)
             run.save()

@@ -86,3 +86,17 @@ def test_it_reads_short_lists_in_context_as_text_and_folds_long_values() -> None
     assert items["flat"].rows == (("a", "0, 1, 2, 3, 4, 5, 6, 7, 8"), ("b", "yes"))
     assert items["deep"].structured and items["deep"].long
     assert not items["note"].structured and not items["note"].long
+
+
+def test_every_event_type_has_its_sentence_in_one_table() -> None:
+    from dashboard.present import SENTENCES
+    from ledger.events import SideEffectEvent, outcome_event
+    from ledger.models import SideEffectStatus
+    from runs.events import EventType
+
+    # The run store's events: one row each in the presenter's table.
+    assert set(SENTENCES) == set(EventType)
+    # The ledger's: every outcome status has its event, and every event its words.
+    outcomes = set(SideEffectStatus.values) - {SideEffectStatus.PENDING}
+    assert {outcome_event(s) for s in outcomes} <= set(SideEffectEvent)
+    assert all(str(e.label) != e.value for e in SideEffectEvent)

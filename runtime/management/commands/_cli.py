@@ -4,26 +4,33 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import OutputWrapper
 
+from runs.events import EventType
 from runs.models import InputRequest, Run, RunEvent
 from runs.states import ANSWERABLE, TERMINAL
 
 
 def describe(event: RunEvent) -> str:
     p: dict[str, Any] = event.payload or {}
-    detail = {
-        "agent.log": lambda: f"[{p.get('level')}] {p.get('step')}: {p.get('message')}",
-        "checkpoint.saved": lambda: f"#{p.get('number')} next step {p.get('step')!r}",
-        "attempt.claimed": lambda: f"attempt #{p.get('number')} lease_epoch={p.get('lease_epoch')}",
-        "attempt.failed": lambda: f"{p.get('class')}: {p.get('type')}: {p.get('message')}",
-        "run.backing_off": lambda: f"retry in {p.get('delay_seconds')}s",
-        "run.interrupted": lambda: f"{p.get('kind')} {p.get('request_id')} ({p.get('step_id')})",
-        "run.failed": lambda: f"{p.get('failure_class')}: {p.get('detail', '')}",
-        "request.answered": lambda: json.dumps(p.get("answer"), ensure_ascii=False),
-    }.get(event.type)
+    details: dict[str, Callable[[], str]] = {
+        EventType.AGENT_LOG: lambda: f"[{p.get('level')}] {p.get('step')}: {p.get('message')}",
+        EventType.CHECKPOINT_SAVED: lambda: f"#{p.get('number')} next step {p.get('step')!r}",
+        EventType.ATTEMPT_CLAIMED: lambda: (
+            f"attempt #{p.get('number')} lease_epoch={p.get('lease_epoch')}"
+        ),
+        EventType.ATTEMPT_FAILED: lambda: f"{p.get('class')}: {p.get('type')}: {p.get('message')}",
+        EventType.RUN_BACKING_OFF: lambda: f"retry in {p.get('delay_seconds')}s",
+        EventType.RUN_INTERRUPTED: lambda: (
+            f"{p.get('kind')} {p.get('request_id')} ({p.get('step_id')})"
+        ),
+        EventType.RUN_FAILED: lambda: f"{p.get('failure_class')}: {p.get('detail', '')}",
+        EventType.REQUEST_ANSWERED: lambda: json.dumps(p.get("answer"), ensure_ascii=False),
+    }
+    detail = details.get(event.type)
     if event.type.startswith("side_effect."):
         ref = p.get("external_reference") or ""
         text = f"{p.get('tool')} on {p.get('target')}: {p.get('status')} {ref}".strip()

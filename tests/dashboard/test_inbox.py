@@ -59,7 +59,9 @@ def test_it_shows_the_run_agent_step_kind_context_and_expiry(
     assert run.id in card and "test-agent" in card and "<code><bdi>choose</bdi></code>" in card
     assert '<span class="chip chip-input">Input</span>' in card
     # A small object reads as a table, not JSON (issue 15).
-    assert "auth-gateway" in card and '<th scope="row">v1</th><td>3</td>' in card
+    assert (
+        "auth-gateway" in card and '<th scope="row"><bdi>v1</bdi></th><td><bdi>3</bdi></td>' in card
+    )
     assert "data-countdown" in card and "Expires in 59m" in card
     assert "If unanswered by" in card and "the run fails." in card
     # The form: checkboxes for an enum array, a number with bounds and its default.

@@ -103,7 +103,10 @@ def test_secret_headers_are_sent_but_stored_redacted(
 
     # Compensation runs from the stored action: the placeholder is never sent as a secret.
     response = api_post(
-        client_for(operator), f"/api/side-effects/{effect.operation_id}/compensate", key="u-1"
+        client_for(operator),
+        f"/api/side-effects/{effect.operation_id}/compensate",
+        {"reason": "undo for the test"},
+        key="u-1",
     )
     assert response.json()["status"] == "compensated"
     undo = recorder.seen[-1]
@@ -159,6 +162,7 @@ def test_operator_headers_authenticate_what_the_ledger_cannot(
     response = api_post(
         client_for(operator),
         f"/api/side-effects/{done.side_effect.operation_id}/compensate",
+        {"reason": "undo for the test"},
         key="u-2",
     )
     assert response.json()["status"] == "compensated"

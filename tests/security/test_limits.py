@@ -9,6 +9,7 @@ daphne started as the Procfile starts it, spoken to over a socket. The memory fi
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import socket
@@ -71,7 +72,10 @@ class Client:
             "client": ("127.0.0.1", 50000),
             "server": ("testserver", 80),
         }
-        asyncio.run(application(scope, self.receive, self.send))
+        # In a thread of its own: the browser tests' Playwright keeps an event loop running
+        # in the main thread, where asyncio.run would refuse to start.
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, application(scope, self.receive, self.send)).result()
         start = next(m for m in self.messages if m["type"] == "http.response.start")
         body = b"".join(
             m.get("body", b"") for m in self.messages if m["type"] == "http.response.body"

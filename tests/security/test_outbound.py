@@ -313,6 +313,7 @@ def test_the_web_process_does_not_compensate_into_an_internal_address(
     response = api_post(
         client_for(operator),
         f"/api/side-effects/{done.side_effect.operation_id}/compensate",
+        {"reason": "undo for the test"},
         key="undo-1",
     )
     assert response.status_code == 200

@@ -18,7 +18,7 @@ def lease_ran_out(expires_at: dt.datetime | None, now: dt.datetime) -> bool:
     return expires_at is None or expires_at <= now
 
 
-def lease_ran_out_q(now: dt.datetime | dt.date | object, *, prefix: str = "") -> Q:
+def lease_ran_out_q(now: dt.datetime, *, prefix: str = "") -> Q:
     """``lease_ran_out`` in SQL, for attempts (``prefix="attempt__"`` from a related row).
 
     A running attempt always has an expiry; a NULL one matches nothing here, so callers that

@@ -16,6 +16,7 @@ from django.utils.translation import gettext, gettext_noop, ngettext
 from ledger.models import Reversibility, SideEffect, SideEffectStatus
 from ledger.services import needs_reconciliation_q, stale_pending_q
 from ledger.tools import can_compensate, get_tool
+from runs.access import Actor
 from runs.errors import HoldpointError
 from runs.models import Run
 from runs.selectors import RETRY, VIEW
@@ -111,7 +112,7 @@ def report_group(effect: SideEffect) -> str:
 REPLY_HIDDEN = gettext_noop("Hidden: only people who can reconcile or compensate see replies.")
 
 
-def replies_visible(user: Any) -> bool:
+def replies_visible(user: Actor | None) -> bool:
     """Whether ``user`` sees what external systems answered (reply bodies): only people
     who can act on side effects. ``None`` is the system itself (commands, tests)."""
     return user is None or bool(user.has_perm(RETRY))
@@ -212,14 +213,16 @@ def _stale_ids(effects: list[SideEffect]) -> set[str]:
     )
 
 
-def side_effect_rows(effects: list[SideEffect], *, user: Any = None) -> list[dict[str, Any]]:
+def side_effect_rows(
+    effects: list[SideEffect], *, user: Actor | None = None
+) -> list[dict[str, Any]]:
     """The rows as ``user`` may see them (see ``replies_visible``)."""
     stale = _stale_ids(effects)
     show = replies_visible(user)
     return [side_effect_row(effect, stale_ids=stale, show_replies=show) for effect in effects]
 
 
-def report_for_run(run_id: str, *, user: Any = None) -> dict[str, Any]:
+def report_for_run(run_id: str, *, user: Actor | None = None) -> dict[str, Any]:
     """Every side effect of the run, in the five groups of the report, with counts."""
     effects = list(side_effects_for_run(run_id))
     rows = side_effect_rows(effects, user=user)
@@ -245,7 +248,7 @@ def report_for_run(run_id: str, *, user: Any = None) -> dict[str, Any]:
 # --- Permission-checked reads ----------------------------------------------------------------
 
 
-def side_effects_for_user(*, user: Any, status: str | None = None) -> QuerySet[SideEffect]:
+def side_effects_for_user(*, user: Actor, status: str | None = None) -> QuerySet[SideEffect]:
     """Side effects across runs, newest first; ``status=needs_reconciliation`` for the
     reconciliation page. Nothing for a user who may not view runs."""
     if not user.is_authenticated or not user.has_perm(VIEW):
@@ -264,7 +267,7 @@ def side_effects_for_user(*, user: Any, status: str | None = None) -> QuerySet[S
 
 
 def side_effect_get_for_user(
-    *, user: Any, operation_id: str, perm: str | None = None
+    *, user: Actor, operation_id: str, perm: str | None = None
 ) -> SideEffect:
     """Return the side effect, or raise Http404 (no such effect, or an outsider) /
     PermissionDenied (may see, may not do ``perm``)."""

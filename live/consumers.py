@@ -50,7 +50,7 @@ from dashboard.views.runs import (
     run_shared_context,
 )
 from live.hub import FORBIDDEN, SIGNED_OUT, Batch, Change, Reply, _in_thread, hub
-from live.roles import NOBODY, Role, personal, personalize, role_request
+from live.roles import Person, Role, personal, personalize, role_request
 from runs.metrics import OPEN_WEBSOCKETS
 from runs.models import InputRequest, Run
 from runs.selectors import VIEW, inbox_for_user, permission_for_request_kind, run_get_for_user
@@ -117,9 +117,12 @@ class LiveConsumer(AsyncWebsocketConsumer):
         """Whether ``change`` may alter what this page shows."""
         return bool(change.request_run_ids)
 
-    def render(self, request: HttpRequest, role: Role, change: Change | None, batch: Batch) -> str:
-        """What to send for ``change``: ``request`` stands for the socket's user, ``role``
-        for everyone who may do what they may do."""
+    def render(
+        self, request: HttpRequest, person: Person, change: Change | None, batch: Batch
+    ) -> str:
+        """What to send for ``change``: ``request`` stands for the socket's page (no user),
+        ``person`` for who looks, and ``person.role`` for everyone who may do what they may
+        do (what is rendered once for many)."""
         raise NotImplementedError
 
     # Shared -----------------------------------------------------------------------------
@@ -137,10 +140,11 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if count == self.badge and not force:
             return ""
         self.badge = count
-        request._holdpoint_inbox_count = count  # type: ignore[attr-defined]
         return batch.get(
             ("badge-html", count, translation.get_language()),
-            lambda: render_to_string("base.html#inbox-count", {"oob": True}, request=request),
+            lambda: render_to_string(
+                "base.html#inbox-count", {"oob": True, "inbox_n": count}, request=request
+            ),
         )
 
 
@@ -149,10 +153,12 @@ class BadgeConsumer(LiveConsumer):
 
     requires_view = False  # signed in is enough: the badge counts 0 for who may see no runs
 
-    def render(self, request: HttpRequest, role: Role, change: Change | None, batch: Batch) -> str:
+    def render(
+        self, request: HttpRequest, person: Person, change: Change | None, batch: Batch
+    ) -> str:
         if self.badge is None and self.token().isdigit():
             self.badge = int(self.token())  # the count the page was rendered with
-        return self.render_badge(request, role, batch)
+        return self.render_badge(request, person.role, batch)
 
 
 class RunConsumer(LiveConsumer):
@@ -178,7 +184,10 @@ class RunConsumer(LiveConsumer):
     def concerned(self, change: Change) -> bool:
         return self.run_id in change.run_ids or bool(change.request_run_ids)
 
-    def render(self, request: HttpRequest, role: Role, change: Change | None, batch: Batch) -> str:
+    def render(
+        self, request: HttpRequest, person: Person, change: Change | None, batch: Batch
+    ) -> str:
+        role = person.role
         parts = []
         if change is None or self.run_id in change.run_ids:
             parts.append(self._render_run(request, role, batch, first=change is None))
@@ -202,14 +211,14 @@ class RunConsumer(LiveConsumer):
             return ""
         language, zone = translation.get_language(), timezone.get_current_timezone_name()
         shared = batch.get(("shared-context", run.id), lambda: run_shared_context(run))
-        # What everyone sees alike is rendered as nobody in particular: a role without
-        # permissions, with no cookie, so it cannot differ from one socket to another.
+        # What everyone sees alike is rendered for nobody in particular: a request with
+        # no user and no cookie, so it cannot differ from one socket to another.
         html = batch.get(
             ("shared", run.id, language, zone),
             lambda: render_to_string(
                 "dashboard/run_detail.html#run-live-shared",
                 shared,
-                role_request(request, NOBODY),
+                role_request(request),
             ),
         )
         parts: list[str] = [html]
@@ -241,8 +250,8 @@ def _render_run_for_role(
 ) -> str:
     """The run page's controls and question card as ``role`` sees them, with marks where
     each socket puts its own CSRF token and idempotency keys (``personalize``)."""
-    neutral = role_request(request, role)
-    context = run_context(neutral, run, shared=shared, retry_blockers=blockers)
+    neutral = role_request(request)
+    context = run_context(neutral, run, who=role, shared=shared, retry_blockers=blockers)
     context["csrf_token"] = personal("csrf")
     context["cancel_key"], context["retry_key"] = personal("key0"), personal("key1")
     for n, name in enumerate(("pending_card", "last_card"), start=2):
@@ -263,8 +272,10 @@ class InboxConsumer(LiveConsumer):
         tab = str(self.params.get("tab", "needs"))
         return tab if tab in dict(TABS) else "needs"
 
-    def render(self, request: HttpRequest, role: Role, change: Change | None, batch: Batch) -> str:
-        user = request.user
+    def render(
+        self, request: HttpRequest, person: Person, change: Change | None, batch: Batch
+    ) -> str:
+        role, user = person.role, person
         requests = inbox_requests(user, self.tab, keep=self._keep(user))
         ids = [r.id for r in requests]
         versions = {
@@ -274,11 +285,11 @@ class InboxConsumer(LiveConsumer):
         if self.shown is None:
             # First render: the page's token says whether it already shows exactly this.
             if inbox_token(versions.items()) != self.token():
-                return self._render_list(request, role, batch, requests)
+                return self._render_list(request, person, batch, requests)
             self.shown, self.versions = ids, versions
             return self._counts(request, role, batch, force=True)
         if ids != self.shown:
-            return self._render_list(request, role, batch, requests)
+            return self._render_list(request, person, batch, requests)
         html: list[str] = [
             render_to_string(
                 "dashboard/inbox.html#request-card",
@@ -292,7 +303,7 @@ class InboxConsumer(LiveConsumer):
         html.append(self._counts(request, role, batch))
         return "".join(html)
 
-    def _keep(self, user: Any) -> list[str]:
+    def _keep(self, user: Person) -> list[str]:
         """Cards on the page whose request left the list: keep the ones a person should
         see closed (expired, closed with the run, answered by this user)."""
         if not self.shown or self.tab not in ("needs", "all"):
@@ -307,14 +318,14 @@ class InboxConsumer(LiveConsumer):
         ]
 
     def _render_list(
-        self, request: HttpRequest, role: Role, batch: Batch, requests: list[InputRequest]
+        self, request: HttpRequest, person: Person, batch: Batch, requests: list[InputRequest]
     ) -> str:
-        context = inbox_context(request.user, self.tab, requests=requests)
+        context = inbox_context(person, self.tab, requests=requests)
         context["oob"] = True
         self.versions = {card.req.id: card.version for card in context["cards"]}
         self.shown = list(self.versions)
         html = render_to_string("dashboard/inbox.html#inbox-list", context, request=request)
-        return html + self._counts(request, role, batch, force=True)
+        return html + self._counts(request, person.role, batch, force=True)
 
     def _counts(
         self, request: HttpRequest, role: Role, batch: Batch, *, force: bool = False
@@ -322,7 +333,9 @@ class InboxConsumer(LiveConsumer):
         badge = self.render_badge(request, role, batch, force=force)
         if not badge:
             return ""
-        tab_count = render_to_string("dashboard/inbox.html#inbox-tab-count", {"oob": True}, request)
+        tab_count = render_to_string(
+            "dashboard/inbox.html#inbox-tab-count", {"oob": True, "inbox_n": self.badge}, request
+        )
         return badge + tab_count
 
 
@@ -336,16 +349,18 @@ class RunListConsumer(LiveConsumer):
     def concerned(self, change: Change) -> bool:
         return bool(change.run_ids)
 
-    def render(self, request: HttpRequest, role: Role, change: Change | None, batch: Batch) -> str:
+    def render(
+        self, request: HttpRequest, person: Person, change: Change | None, batch: Batch
+    ) -> str:
         query = self.scope.get("query_string", b"")
         zone = timezone.get_current_timezone_name()
         key = ("runs", query, translation.get_language(), zone)
-        context = batch.get(key, lambda: run_list_context(request.user, self.params))
+        context = batch.get(key, lambda: run_list_context(person, self.params))
         ids = [row["run"].id for row in context["rows"]]
         token = context["live_token"]
         badge = ""
         if change is None or change.request_run_ids:
-            badge = self.render_badge(request, role, batch, force=change is None)
+            badge = self.render_badge(request, person.role, batch, force=change is None)
         if self.shown is None and token == self.token():
             self.shown, self.token_seen = ids, token
             return badge

@@ -20,8 +20,9 @@ from django.utils import timezone, translation
 
 from dashboard.actions import user_timezone
 from live import broadcast
-from live.roles import Role, live_request
+from live.roles import Person, live_request
 from live.sessions import session_key, signed_in_users
+from runs.selectors import VIEW
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ class Socket(Protocol):
     def concerned(self, change: Change) -> bool: ...
 
     def render(
-        self, request: HttpRequest, role: Role, change: Change | None, batch: Batch
+        self, request: HttpRequest, person: Person, change: Change | None, batch: Batch
     ) -> str: ...
 
     async def deliver(self, reply: Reply) -> None: ...
@@ -104,22 +105,22 @@ def render_batch(
     batch = Batch()
     replies = []
     for socket in sockets:
-        viewer = users.get(session_key(socket.scope))
-        if viewer is None:
+        person = users.get(session_key(socket.scope))
+        if person is None:
             replies.append((socket, Reply(close=SIGNED_OUT)))
             continue
-        if socket.requires_view and not viewer.may_view:
+        if socket.requires_view and not person.has_perm(VIEW):
             replies.append((socket, Reply(close=FORBIDDEN)))
             continue
         first = socket in snapshots
         if not first and (change is None or not socket.concerned(change)):
             continue
-        request = live_request(socket.scope, viewer.user)
+        request = live_request(socket.scope)
         language = translation.get_language_from_request(request)
         try:
             with translation.override(language), timezone.override(user_timezone(request)):
                 request.LANGUAGE_CODE = translation.get_language()
-                html = socket.render(request, viewer.role, None if first else change, batch)
+                html = socket.render(request, person, None if first else change, batch)
         except Exception:
             # One page that cannot be rendered must not keep the others waiting.
             logger.exception("live render failed for %s", socket.scope.get("path"))

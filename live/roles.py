@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import re
 import secrets
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,61 +24,58 @@ from dashboard.actions import new_idempotency_key
 class Role:
     """Everyone with the same permissions: what a render shared by their sockets may know.
 
-    It stands in for the user in the parts of a page that depend on what the user may do
-    (the cancel and retry forms, the question's card, the badge's count): they are
-    rendered once per role and push, not once per socket. It has permissions and nothing
-    else (no name, no id, no session), so a fragment rendered for a role cannot carry
+    The parts of a page that depend on what a person may do (the cancel and retry forms,
+    the question's card, the badge's count) are rendered once per role and push, not once
+    per socket, for this ``runs.access.Actor``. It has permissions and nothing else (no
+    name, no session; ``pk`` is None), so a fragment rendered for a role cannot carry
     anything of one person to another; what must be a person's own (the CSRF token,
-    fresh idempotency keys) is filled in per socket (``Personal``).
+    fresh idempotency keys) is filled in per socket (``personalize``).
     """
 
     perms: frozenset[str]
     superuser: bool = False
 
-    is_active = True
     is_authenticated = True
-    is_anonymous = False
-    is_staff = False
     pk = None
 
-    @property
-    def is_superuser(self) -> bool:
-        return self.superuser
+    def has_perm(self, perm: str, /) -> bool:
+        return self.superuser or perm in self.perms
 
-    def get_username(self) -> str:
-        return ""
 
-    def has_perm(self, perm: str, obj: Any = None) -> bool:
-        return obj is None and (self.superuser or perm in self.perms)
+@dataclass(frozen=True)
+class Person:
+    """One signed-in person as a push sees them (a ``runs.access.Actor``): who they are
+    (``pk``, for what is theirs: the requests they answered) and their ``Role``."""
 
-    def has_perms(self, perm_list: Iterable[str], obj: Any = None) -> bool:
-        return all(self.has_perm(perm, obj) for perm in perm_list)
+    pk: Any
+    role: Role
 
-    def has_module_perms(self, app_label: str) -> bool:
-        return self.superuser or any(p.startswith(app_label + ".") for p in self.perms)
+    is_authenticated = True
 
-    def get_all_permissions(self, obj: Any = None) -> set[str]:
-        return set(self.perms) if obj is None else set()
+    def has_perm(self, perm: str, /) -> bool:
+        return self.role.has_perm(perm)
 
 
 NOBODY = Role(frozenset())
 
 
-def live_request(scope: dict[str, Any], user: Any) -> HttpRequest:
-    """A request that stands for the socket's page at this moment, for ``user``.
+def live_request(scope: dict[str, Any]) -> HttpRequest:
+    """A request that stands for the socket's page at this moment: its path, cookies and
+    headers, and no user (whom a render is for is passed to it, a ``Person`` or a
+    ``Role``).
 
     The CSRF token comes from the page's own cookie, so a pushed form posts like a
     rendered one; language and time zone come from the page's cookies and headers.
     """
     request = ASGIRequest({**scope, "type": "http", "method": "GET"}, io.BytesIO())
-    request.user = user
     CsrfViewMiddleware(lambda _request: HttpResponse()).process_request(request)
     return request
 
 
-def role_request(request: HttpRequest, role: Role) -> HttpRequest:
-    """A request for ``role`` with nothing of the socket's person in it (no cookies, no
-    headers, no query): only its page's path. Language and time zone are the render's."""
+def role_request(request: HttpRequest) -> HttpRequest:
+    """A request with nothing of the socket's person in it (no cookies, no headers, no
+    query, no user): only its page's path, for a render shared by a role. Language and
+    time zone are the render's."""
     scope = {
         "type": "http",
         "method": "GET",
@@ -88,9 +84,7 @@ def role_request(request: HttpRequest, role: Role) -> HttpRequest:
         "headers": [],
         "query_string": b"",
     }
-    neutral = ASGIRequest(scope, io.BytesIO())
-    neutral.user = role  # type: ignore[assignment]  # it quacks like a user, on purpose
-    return neutral
+    return ASGIRequest(scope, io.BytesIO())
 
 
 # What a role's render leaves for each socket to fill in. The mark is secret and new in

@@ -4,7 +4,6 @@ the sockets of a push (the same checks as ``django.contrib.auth.get_user``)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from importlib import import_module
 from itertools import chain
 from typing import Any
@@ -18,8 +17,7 @@ from django.utils import timezone
 from django.utils.crypto import constant_time_compare
 from django.utils.module_loading import import_string
 
-from live.roles import Role
-from runs.selectors import VIEW
+from live.roles import Person, Role
 
 DATABASE_SESSIONS = (
     "django.contrib.sessions.backends.db",
@@ -27,18 +25,7 @@ DATABASE_SESSIONS = (
 )
 
 
-@dataclass
-class Viewer:
-    user: Any
-    role: Role
-
-    @property
-    def may_view(self) -> bool:
-        """Still has runs.view_run."""
-        return self.role.has_perm(VIEW)
-
-
-def signed_in_users(scopes: Iterable[dict[str, Any]]) -> dict[str, Viewer | None]:
+def signed_in_users(scopes: Iterable[dict[str, Any]]) -> dict[str, Person | None]:
     """Who each socket's session stands for now, or None; and what each may do. Four
     queries for them all, however many sockets.
 
@@ -54,7 +41,7 @@ def signed_in_users(scopes: Iterable[dict[str, Any]]) -> dict[str, Viewer | None
     user_model = get_user_model()
     user_ids = {user_id for user_id, _hash in claims.values()}
     users = {str(u.pk): u for u in user_model._default_manager.filter(pk__in=user_ids)}
-    result: dict[str, Viewer | None] = dict.fromkeys(keys)
+    result: dict[str, Person | None] = dict.fromkeys(keys)
     signed_in: dict[str, Any] = {}
     for key, (user_id, session_hash) in claims.items():
         user = users.get(user_id)
@@ -65,7 +52,7 @@ def signed_in_users(scopes: Iterable[dict[str, Any]]) -> dict[str, Viewer | None
         signed_in[key] = user
     roles = permissions_of(list({id(u): u for u in signed_in.values()}.values()))
     for key, user in signed_in.items():
-        result[key] = Viewer(user, roles[id(user)])
+        result[key] = Person(user.pk, roles[id(user)])
     return result
 
 
@@ -96,9 +83,9 @@ def permissions_of(users: list[Any]) -> dict[int, Role]:
     """Each (active) user's role, by ``id(user)``: two queries for them all.
 
     The same answer as ``user.get_all_permissions()`` with Django's ``ModelBackend`` (the
-    user's own permissions and their groups'; a superuser has every one), which also
-    fills each user's permission cache, so ``user.has_perm`` asks the database no more.
-    With other authentication backends each user is asked in turn.
+    user's own permissions and their groups'; a superuser has every one). With other
+    authentication backends each user is asked in turn. What renders for them asks the
+    role (``runs.access.Actor``), never the user objects, so nothing is written into them.
     """
     if not _model_backend_permissions():
         return {
@@ -116,7 +103,6 @@ def permissions_of(users: list[Any]) -> dict[int, Role]:
     for user_pk, app_label, codename in chain(own, via_groups):
         found[str(user_pk)].add(f"{app_label}.{codename}")
     for key, user in ordinary.items():
-        user._perm_cache = set(found[key])
         roles[id(user)] = Role(frozenset(found[key]))
     for user in users:
         if user.is_superuser:

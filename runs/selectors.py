@@ -14,6 +14,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 from django.utils.translation import gettext
 
+from runs.access import Actor
 from runs.models import AgentGate, InputRequest, Run
 from runs.states import RequestKind, RequestStatus, RunStatus
 
@@ -34,7 +35,7 @@ def permission_for_request_kind(kind: str) -> str:
     return APPROVE if kind == RequestKind.AUTH_REQUIRED else ANSWER
 
 
-def run_get_for_user(*, user: Any, run_id: str, perm: str | None = None) -> Run:
+def run_get_for_user(*, user: Actor, run_id: str, perm: str | None = None) -> Run:
     """Return the run, or raise Http404 (no such run, or an outsider) / PermissionDenied."""
     if not user.is_authenticated or not user.has_perm(VIEW):
         raise Http404("No such run.")
@@ -49,7 +50,7 @@ def run_get_for_user(*, user: Any, run_id: str, perm: str | None = None) -> Run:
 
 
 def runs_for_user(
-    *, user: Any, status: str | None = None, agent: str | None = None, q: str | None = None
+    *, user: Actor, status: str | None = None, agent: str | None = None, q: str | None = None
 ) -> QuerySet[Run]:
     if not user.is_authenticated or not user.has_perm(VIEW):
         return Run.objects.none()
@@ -63,7 +64,7 @@ def runs_for_user(
     return runs.order_by("-created_at", "-id")
 
 
-def answerable_kinds(user: Any) -> list[str]:
+def answerable_kinds(user: Actor) -> list[str]:
     kinds: list[str] = []
     if user.has_perm(ANSWER):
         kinds.append(RequestKind.INPUT_REQUIRED)
@@ -73,7 +74,7 @@ def answerable_kinds(user: Any) -> list[str]:
 
 
 def inbox_for_user(
-    *, user: Any, mine_only: bool = True, pauses: bool = False
+    *, user: Actor, mine_only: bool = True, pauses: bool = False
 ) -> QuerySet[InputRequest]:
     """Pending requests, soonest expiry first. ``mine_only``: only kinds the user may answer.
     Paused runs have their own tab (``paused_for_user``); ``pauses`` includes them (API).
@@ -90,7 +91,7 @@ def inbox_for_user(
     return requests.select_related("run").order_by("expires_at", "id")
 
 
-def request_get_for_user(*, user: Any, request_id: str) -> InputRequest:
+def request_get_for_user(*, user: Actor, request_id: str) -> InputRequest:
     if not user.is_authenticated or not user.has_perm(VIEW):
         raise Http404("No such request.")
     request = (
@@ -150,7 +151,7 @@ def agent_overview(name: str) -> dict[str, Any] | None:
     return next((row for row in agents_overview() if row["name"] == name), None)
 
 
-def paused_for_user(*, user: Any) -> QuerySet[InputRequest]:
+def paused_for_user(*, user: Actor) -> QuerySet[InputRequest]:
     """Pending pause requests (paused runs), longest paused first; for people who may
     continue runs (the permission that pauses them, ``cancel_run``)."""
     if not user.is_authenticated or not user.has_perm(VIEW) or not user.has_perm(CANCEL):

@@ -33,6 +33,7 @@ from dashboard.present import (
     who,
 )
 from dashboard.schema_forms import SchemaForm
+from runs.access import Actor
 from runs.models import InputRequest
 from runs.selectors import inbox_for_user, permission_for_request_kind
 from runs.states import RequestKind, RequestStatus
@@ -220,7 +221,7 @@ def who_can_text(kind: str) -> str:
 def build_card(
     req: InputRequest,
     *,
-    user: Any,
+    user: Actor,
     origin: str,
     data: Any = None,
     message: str = "",
@@ -274,7 +275,7 @@ def build_card(
     return card
 
 
-def next_pending(user: Any, *, exclude: str) -> InputRequest | None:
+def next_pending(user: Actor, *, exclude: str) -> InputRequest | None:
     """The request to offer next (docs/dashboard.md)."""
     return (
         inbox_for_user(user=user).exclude(pk=exclude).filter(expires_at__gt=timezone.now()).first()

@@ -34,6 +34,7 @@ from dashboard.present import describe_action, request_outcome_text
 from dashboard.views.cards import RequestCard, build_card, who_can_text
 from dashboard.views.runs import render_run_main, render_run_page
 from runs import services
+from runs.access import Actor
 from runs.models import InputRequest
 from runs.selectors import (
     VIEW,
@@ -55,7 +56,7 @@ PAGE = 25
 
 
 def _tab_requests(
-    user: Any, tab: str, cursor: tuple[dt.datetime, str] | None = None
+    user: Actor, tab: str, cursor: tuple[dt.datetime, str] | None = None
 ) -> QuerySet[InputRequest]:
     """The tab's requests in its order, after ``cursor`` (the sort key of a card shown last)."""
     if tab in ("needs", "all"):
@@ -100,7 +101,7 @@ def _sort_key(req: InputRequest, tab: str) -> dt.datetime | None:
 
 
 def inbox_requests(
-    user: Any,
+    user: Actor,
     tab: str,
     *,
     keep: Iterable[str] = (),
@@ -179,7 +180,7 @@ def group_cards(cards: list[RequestCard]) -> list[InboxGroup]:
 
 
 def inbox_context(
-    user: Any,
+    user: Actor,
     tab: str,
     *,
     replace: RequestCard | None = None,

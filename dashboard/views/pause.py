@@ -31,6 +31,7 @@ from dashboard.actions import (
 from dashboard.present import clock
 from dashboard.views.runs import _out_of_date, _run_reply, render_run_main, render_run_page
 from runs import services
+from runs.access import Actor
 from runs.models import InputRequest, Run
 from runs.selectors import (
     CANCEL,
@@ -61,7 +62,7 @@ def _name(actor: str) -> str:
     return actor.split(":", 1)[1] if actor.startswith("user:") else actor
 
 
-def pause_context(run: Run, user: Any) -> dict[str, Any]:
+def pause_context(run: Run, user: Actor) -> dict[str, Any]:
     """What the run page shows about pausing: the Pause form, or who paused, why and since
     when with Continue (a breakpoint names the step it stopped before)."""
     paused: dict[str, Any] | None = None
@@ -169,7 +170,7 @@ def run_continue(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
 # --- The Agents page ------------------------------------------------------------------
 
 
-def agents_context(user: Any) -> dict[str, Any]:
+def agents_context(user: Actor) -> dict[str, Any]:
     rows = agents_overview()
     for row in rows:
         row["since"] = clock(row["paused_since"])
@@ -252,7 +253,7 @@ def agent_gate(request: HtmxHttpRequest, name: str, action: str) -> HttpResponse
 # --- The inbox's Paused tab -------------------------------------------------------------
 
 
-def paused_rows(user: Any) -> list[dict[str, Any]]:
+def paused_rows(user: Actor) -> list[dict[str, Any]]:
     rows = []
     for request in paused_for_user(user=user)[:200]:
         context = request.context or {}

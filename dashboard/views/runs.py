@@ -44,6 +44,7 @@ from dashboard.present import (
 )
 from dashboard.views.cards import RequestCard, build_card
 from runs import services
+from runs.access import Actor
 from runs.agents import all_agent_specs
 from runs.events import EventType
 from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent
@@ -72,7 +73,7 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "dashboard/run_list.html", context)
 
 
-def run_list_context(user: Any, params: Mapping[str, str]) -> dict[str, Any]:
+def run_list_context(user: Actor, params: Mapping[str, str]) -> dict[str, Any]:
     """The runs list for these filters (the page and its live socket share it)."""
     status = params.get("status", "")
     status = status if status in RunStatus.values else ""
@@ -258,12 +259,14 @@ def run_context(
     shared: dict[str, Any] | None = None,
     retry_blockers: list[str] | None = None,
     pause_form: Any = None,
+    who: Actor | None = None,
 ) -> dict[str, Any]:
-    """The run page's context for ``request.user``: the shared part (``shared`` when the
-    caller already has it) and the cards and controls that depend on who looks."""
+    """The run page's context for ``who`` (``request.user`` unless a live push renders it
+    for a role): the shared part (``shared`` when the caller already has it) and the cards
+    and controls that depend on who looks."""
     from dashboard.views.pause import pause_context
 
-    user = request.user
+    user: Actor = request.user if who is None else who
     if pending_card is None and run.pending_request_id:
         req = InputRequest.objects.select_related("run", "answered_by").get(
             pk=run.pending_request_id

@@ -41,6 +41,7 @@ from ledger.selectors import (
     side_effects_for_run,
     side_effects_for_user,
 )
+from runs.access import Actor
 from runs.agents import run_label
 from runs.models import Run
 from runs.selectors import RETRY, run_get_for_user
@@ -109,7 +110,7 @@ def _run_label(run_id: str) -> str:
     return run_label(found[0], found[1], run_id) if found else run_id
 
 
-def _row(effect_row: dict[str, Any], *, user: Any, origin: str, **extra: Any) -> dict[str, Any]:
+def _row(effect_row: dict[str, Any], *, user: Actor, origin: str, **extra: Any) -> dict[str, Any]:
     """A side effect as the templates show it, with fresh form keys for its actions."""
     row = dict(effect_row)
     row.update(
@@ -142,7 +143,7 @@ def _row(effect_row: dict[str, Any], *, user: Any, origin: str, **extra: Any) ->
     return row
 
 
-def _rows(effects: list[SideEffect], *, user: Any, origin: str) -> list[dict[str, Any]]:
+def _rows(effects: list[SideEffect], *, user: Actor, origin: str) -> list[dict[str, Any]]:
     return [_row(r, user=user, origin=origin) for r in side_effect_rows(effects, user=user)]
 
 

@@ -16,7 +16,7 @@ from runs import services
 from runs.groups import ensure_default_groups
 from runs.models import Run
 from tests.live.conftest import db, pushed, run, socket
-from tests.runs.factory import claim, epochs, start
+from tests.runs.factory import claim, epochs, interrupted, start
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -166,22 +166,38 @@ def test_it_reads_everyones_permissions_in_two_queries(
 
     with django_assert_num_queries(2):
         roles = sessions.permissions_of(users)
-        # The users' own permission caches are filled: has_perm asks no more.
-        assert [u.has_perm("runs.view_run") for u in users if not u.is_superuser] == [
-            True,
-            True,
-            False,
-            True,
-            False,
-        ]
+    # The user objects are asked nothing and written nothing: renders ask the roles.
+    assert not any(
+        vars(u).keys() & {"_perm_cache", "_user_perm_cache", "_group_perm_cache"} for u in users
+    )
 
     for user in users:
         fresh = User.objects.get(pk=user.pk)
         role = roles[id(user)]
-        assert role.get_all_permissions() == fresh.get_all_permissions() or fresh.is_superuser
+        assert role.superuser == fresh.is_superuser
+        if not fresh.is_superuser:
+            assert role.perms == fresh.get_all_permissions()
         for perm in ("runs.view_run", "runs.cancel_run", "runs.retry_run", "runs.approve_run"):
             assert role.has_perm(perm) == fresh.has_perm(perm), (user.username, perm)
     assert roles[id(users[0])] == live_roles.Role(
         frozenset(User.objects.get(pk=operator.pk).get_all_permissions())
     )
     assert roles[id(users[0])] != roles[id(users[1])]
+
+
+def test_a_role_is_answered_by_the_selectors_as_its_people_are() -> None:
+    """A push asks the run store for a ``Role`` (``runs.access.Actor``) where a page asks
+    for the signed-in user: both get the same answer, and the role carries no one's
+    identity (``pk`` None, no name), so nothing of one person reaches another."""
+    from runs.selectors import inbox_for_user, paused_for_user, runs_for_user
+
+    approver, viewer = person("alice", "approver"), person("victor", "viewer")
+    target, _lease, _cp, _request = interrupted(kind="auth_required")
+    roles = sessions.permissions_of([approver, viewer])
+    for user in (approver, viewer):
+        role = roles[id(user)]
+        assert role.pk is None and not hasattr(role, "get_username")
+        for selector in (inbox_for_user, runs_for_user, paused_for_user):
+            assert list(selector(user=role)) == list(selector(user=user)), selector
+    assert [r.run_id for r in inbox_for_user(user=roles[id(approver)])] == [target.id]
+    assert list(inbox_for_user(user=roles[id(viewer)])) == []

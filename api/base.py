@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 
 from api.problems import CONTENT_TYPE
@@ -98,3 +98,27 @@ IDEMPOTENCY_CODES = (
     "idempotency_key_reused",
     "idempotency_in_progress",
 )
+
+
+def command_schema(
+    request: type[serializers.Serializer],
+    ok: dict[int, Any],
+    *codes: str,
+    tags: list[str],
+    operation_id: str | None = None,
+    description: str | None = None,
+    key_required: bool = True,
+    auth_codes: tuple[str, ...] = AUTH_CODES,
+) -> Callable[[Any], Any]:
+    """The OpenAPI description of a POST that changes state (``IdempotentMixin.command``):
+    its body, its Idempotency-Key header (required or not), its answers ``ok`` and every
+    refusal: authentication ``auth_codes``, the body's, the key's, and ``codes``."""
+    key_codes = IDEMPOTENCY_CODES if key_required else IDEMPOTENCY_CODES[1:]
+    return extend_schema(
+        tags=tags,
+        operation_id=operation_id,
+        description=description,
+        request=request,
+        parameters=[idempotency_key_parameter(required=key_required)],
+        responses={**ok, **problems(*auth_codes, *BODY_CODES, *key_codes, *codes)},
+    )

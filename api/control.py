@@ -8,24 +8,15 @@ answers with the run as the command left it (202; 201 for a new run).
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
-from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
-from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from api.base import (
-    AUTH_CODES,
-    BODY_CODES,
-    IDEMPOTENCY_CODES,
-    idempotency_key_parameter,
-    pointers_under,
-    problems,
-    require_perm,
-    validated,
-)
+from api.base import command_schema, pointers_under, require_perm
 from api.idempotency import IdempotentMixin
 from api.reads import RunListApi
 from api.serializers import RunSerializer
@@ -70,39 +61,32 @@ class RunStartApi(IdempotentMixin, APIView):
             help_text="Breakpoints: the run pauses before each of these steps, every time.",
         )
 
-    @extend_schema(
+    @command_schema(
+        InputSerializer,
+        {201: RunSerializer},
+        "unknown_agent",
+        "preapproval_not_permitted",
         tags=["control"],
         operation_id="runs_start",
         description="Start a run of a known agent (a Python agent or a declared HTTP-worker "
         "agent); the input is checked against the agent's input schema.",
-        request=InputSerializer,
-        parameters=[idempotency_key_parameter(required=False)],
-        responses={
-            201: RunSerializer,
-            **problems(
-                *AUTH_CODES,
-                *BODY_CODES,
-                *IDEMPOTENCY_CODES[1:],
-                "unknown_agent",
-                "preapproval_not_permitted",
-            ),
-        },
+        key_required=False,
     )
     def post(self, request: Request) -> HttpResponse:
         require_perm(request.user, START)
-        self.idempotency_key(request)
-        data = validated(self.InputSerializer, request.data)
-        if data.get("approvals") and not request.user.has_perm(APPROVE):
+
+        def refuse(data: dict[str, Any]) -> None:
             # Refused before the idempotent call, so that no answer is stored for the key:
             # the service refuses it too (and nothing is created either way).
-            raise HoldpointError(
-                "preapproval_not_permitted",
-                "Approving steps when a run starts is an approval: it needs the approve "
-                "permission.",
-                approvals=data["approvals"],
-            )
+            if data.get("approvals") and not request.user.has_perm(APPROVE):
+                raise HoldpointError(
+                    "preapproval_not_permitted",
+                    "Approving steps when a run starts is an approval: it needs the approve "
+                    "permission.",
+                    approvals=data["approvals"],
+                )
 
-        def execute() -> Response:
+        def start(data: dict[str, Any]) -> Any:
             with pointers_under("/input"):
                 run = services.run_start(
                     agent=data["agent"],
@@ -111,9 +95,9 @@ class RunStartApi(IdempotentMixin, APIView):
                     pause_before=data.get("pause_before"),
                     user=request.user,
                 )
-            return Response(RunSerializer(run).data, status=201)
+            return RunSerializer(run).data
 
-        return self.idempotent(request, execute)
+        return self.command(request, start, status=201, refuse=refuse)
 
 
 class RunResumeApi(IdempotentMixin, APIView):
@@ -140,41 +124,33 @@ class RunResumeApi(IdempotentMixin, APIView):
             help_text="Checked against the schema; absent or null to continue a paused run.",
         )
 
-    @extend_schema(
+    @command_schema(
+        InputSerializer,
+        {202: RunSerializer},
+        *STATE_CODES,
+        "request_mismatch",
+        "stale_checkpoint",
+        "request_expired",
         tags=["control"],
         operation_id="runs_resume",
-        request=InputSerializer,
-        parameters=[idempotency_key_parameter(required=True)],
-        responses={
-            202: RunSerializer,
-            **problems(
-                *AUTH_CODES,
-                *BODY_CODES,
-                *IDEMPOTENCY_CODES,
-                *STATE_CODES,
-                "request_mismatch",
-                "stale_checkpoint",
-                "request_expired",
-            ),
-        },
     )
     def post(self, request: Request, run_id: str) -> HttpResponse:
         user = request.user
         run = run_get_for_user(user=user, run_id=run_id)
         if not (user.has_perm(ANSWER) or user.has_perm(APPROVE) or user.has_perm(CANCEL)):
             raise PermissionDenied("You may neither answer questions nor approve actions.")
-        self.idempotency_key(request)
-        data = validated(self.InputSerializer, request.data)
-        kind = (
-            InputRequest.objects.filter(pk=data["request_id"], run=run)
-            .values_list("kind", flat=True)
-            .first()
-        )
-        # A request of another run is left to the service, which names the pending one.
-        if kind is not None:
-            require_perm(user, permission_for_request_kind(kind))
 
-        def execute() -> Response:
+        def refuse(data: dict[str, Any]) -> None:
+            kind = (
+                InputRequest.objects.filter(pk=data["request_id"], run=run)
+                .values_list("kind", flat=True)
+                .first()
+            )
+            # A request of another run is left to the service, which names the pending one.
+            if kind is not None:
+                require_perm(user, permission_for_request_kind(kind))
+
+        def resume(data: dict[str, Any]) -> Any:
             with pointers_under("/value"):
                 resumed = services.run_resume(
                     run_id=run.pk,
@@ -183,9 +159,9 @@ class RunResumeApi(IdempotentMixin, APIView):
                     value=data["value"],
                     user=user,
                 )
-            return Response(RunSerializer(resumed).data, status=202)
+            return RunSerializer(resumed).data
 
-        return self.idempotent(request, execute)
+        return self.command(request, resume, status=202, refuse=refuse)
 
 
 class RunCancelApi(IdempotentMixin, APIView):
@@ -200,28 +176,23 @@ class RunCancelApi(IdempotentMixin, APIView):
             max_length=2000, required=False, default="", allow_blank=True
         )
 
-    @extend_schema(
+    @command_schema(
+        InputSerializer,
+        {202: RunSerializer},
+        *STATE_CODES,
         tags=["control"],
         operation_id="runs_cancel",
-        request=InputSerializer,
-        parameters=[idempotency_key_parameter(required=True)],
-        responses={
-            202: RunSerializer,
-            **problems(*AUTH_CODES, *BODY_CODES, *IDEMPOTENCY_CODES, *STATE_CODES),
-        },
     )
     def post(self, request: Request, run_id: str) -> HttpResponse:
         run = run_get_for_user(user=request.user, run_id=run_id, perm=CANCEL)
-        self.idempotency_key(request)
-        data = validated(self.InputSerializer, request.data)
-        return self.idempotent(
+        return self.command(
             request,
-            lambda: Response(
+            lambda data: (
                 RunSerializer(
                     services.run_cancel(run_id=run.pk, reason=data["reason"], user=request.user)
-                ).data,
-                status=202,
+                ).data
             ),
+            status=202,
         )
 
 
@@ -236,25 +207,19 @@ class RunRetryApi(IdempotentMixin, APIView):
         reason = serializers.CharField(max_length=2000)
         from_checkpoint = serializers.CharField(max_length=40, required=False, allow_null=True)
 
-    @extend_schema(
+    @command_schema(
+        InputSerializer,
+        {202: RunSerializer},
+        *STATE_CODES,
+        "retry_not_allowed",
         tags=["control"],
         operation_id="runs_retry",
-        request=InputSerializer,
-        parameters=[idempotency_key_parameter(required=True)],
-        responses={
-            202: RunSerializer,
-            **problems(
-                *AUTH_CODES, *BODY_CODES, *IDEMPOTENCY_CODES, *STATE_CODES, "retry_not_allowed"
-            ),
-        },
     )
     def post(self, request: Request, run_id: str) -> HttpResponse:
         run = run_get_for_user(user=request.user, run_id=run_id, perm=RETRY)
-        self.idempotency_key(request)
-        data = validated(self.InputSerializer, request.data)
-        return self.idempotent(
+        return self.command(
             request,
-            lambda: Response(
+            lambda data: (
                 RunSerializer(
                     services.run_retry(
                         run_id=run.pk,
@@ -262,9 +227,9 @@ class RunRetryApi(IdempotentMixin, APIView):
                         from_checkpoint_id=data.get("from_checkpoint"),
                         user=request.user,
                     )
-                ).data,
-                status=202,
+                ).data
             ),
+            status=202,
         )
 
 

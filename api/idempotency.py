@@ -1,20 +1,19 @@
 """``IdempotentMixin``: Idempotency-Key handling for DRF POST endpoints.
 
-Use it on any POST endpoint that should take an ``Idempotency-Key`` (the ledger's
-reconcile and compensate endpoints reuse it)::
+Every POST that changes state is written the same way: look the object up and check
+the permission, then ``command`` (the key, the body, the service once per key)::
 
     class SideEffectReconcileApi(IdempotentMixin, APIView):
-        idempotency_required = False  # True: 400 idempotency_key_missing without the header
+        idempotency_required = True  # False: the header is optional
 
-        @extend_schema(parameters=[idempotency_key_parameter(required=False)],
-                       responses={200: ..., **problems(*IDEMPOTENCY_CODES, ...)})
+        class InputSerializer(serializers.Serializer): ...
+
+        @command_schema(InputSerializer, {200: SideEffectSerializer}, "not_found",
+                        tags=["side-effects"])
         def post(self, request, operation_id):
             effect = side_effect_get_for_user(user=request.user, operation_id=operation_id)
-            self.idempotency_key(request)          # 400 now, before validating the body
-            data = validated(self.InputSerializer, request.data)
-            return self.idempotent(
-                request,
-                lambda: Response(serialize(side_effect_reconcile(...)), status=200),
+            return self.command(
+                request, lambda data: effect_data(side_effect_reconcile(...), request.user)
             )
 
 Rules the mixin keeps (docs/api.md, Idempotency-Key):
@@ -36,11 +35,13 @@ from collections.abc import Callable
 from typing import Any
 
 from django.http import HttpResponse
+from rest_framework import serializers
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api.authentication import WorkerPrincipal
+from api.base import validated
 from api.problems import CONTENT_TYPE, error_body, render_problem
 from runs.errors import HoldpointError
 from runs.idempotency import (
@@ -59,6 +60,31 @@ class IdempotentMixin:
     """Adds ``idempotency_key(request)`` and ``idempotent(request, execute)`` to an APIView."""
 
     idempotency_required: bool = True
+    InputSerializer: type[serializers.Serializer]
+
+    def command(
+        self,
+        request: Request,
+        perform: Callable[[dict[str, Any]], Any],
+        *,
+        status: int = 200,
+        refuse: Callable[[dict[str, Any]], None] | None = None,
+    ) -> HttpResponse:
+        """A POST that changes state, after its object and permission checks: the
+        Idempotency-Key (its 400s come before the body's), the body (``InputSerializer``:
+        422 ``invalid_input``), ``refuse(data)`` (a refusal no answer is stored for), then
+        ``perform(data)`` once per key. What ``perform`` returns is the answer's body with
+        ``status``; a ``Response`` it returns is the answer as it is."""
+        self.idempotency_key(request)
+        data = validated(self.InputSerializer, request.data)
+        if refuse is not None:
+            refuse(data)
+
+        def execute() -> Response:
+            result = perform(data)
+            return result if isinstance(result, Response) else Response(result, status=status)
+
+        return self.idempotent(request, execute)
 
     def idempotency_principal(self, request: Request) -> str:
         user = request.user

@@ -13,22 +13,14 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpResponse
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema_view
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
-from api.base import (
-    AUTH_CODES,
-    BODY_CODES,
-    IDEMPOTENCY_CODES,
-    idempotency_key_parameter,
-    problems,
-    require_perm,
-    validated,
-)
+from api.base import command_schema, require_perm
 from api.idempotency import IdempotentMixin
 from api.serializers import AgentOverviewSerializer, RunSerializer
 from api.throttles import PrincipalRateThrottle
@@ -82,23 +74,20 @@ class RunPauseApi(IdempotentMixin, APIView):
     # The API-wide throttle, and a tighter one for commands that stop work.
     throttle_classes = [PrincipalRateThrottle, PauseThrottle]
 
-    @extend_schema(
+    InputSerializer = RunPauseInput
+
+    @command_schema(
+        RunPauseInput,
+        {202: RunSerializer},
+        *STATE_CODES,
         tags=["control"],
         operation_id="runs_pause",
-        request=RunPauseInput,
-        parameters=[idempotency_key_parameter(required=True)],
-        responses={
-            202: RunSerializer,
-            **problems(*AUTH_CODES, *BODY_CODES, *IDEMPOTENCY_CODES, *STATE_CODES),
-        },
     )
     def post(self, request: Request, run_id: str) -> HttpResponse:
         run = run_get_for_user(user=request.user, run_id=run_id, perm=CANCEL)
-        self.idempotency_key(request)
-        data = validated(RunPauseInput, request.data)
-        return self.idempotent(
+        return self.command(
             request,
-            lambda: Response(
+            lambda data: (
                 RunSerializer(
                     services.run_pause(
                         run_id=run.pk,
@@ -106,9 +95,9 @@ class RunPauseApi(IdempotentMixin, APIView):
                         expires_in=data.get("expires_in"),
                         user=request.user,
                     )
-                ).data,
-                status=202,
+                ).data
             ),
+            status=202,
         )
 
 
@@ -128,33 +117,38 @@ def _known_agent(user: Any, name: str) -> None:
         raise HoldpointError("not_found", f"There is no agent named {name[:100]!r}.")
 
 
-class AgentPauseApi(IdempotentMixin, APIView):
-    """Close the agent's gate (the kill switch): nothing of it is claimed, every running
-    attempt stops at its next step boundary and its run waits ``queued``, held."""
+class AgentGateApi(IdempotentMixin, APIView):
+    """Close or reopen an agent's gate: ``change`` is the one service that does it."""
 
     # The API-wide throttle, and a tighter one for commands that stop work.
     throttle_classes = [PrincipalRateThrottle, PauseThrottle]
+    change: staticmethod[..., Any]
 
-    @extend_schema(
-        tags=["agents"],
-        operation_id="agents_pause",
-        request=ReasonInput,
-        parameters=[idempotency_key_parameter(required=True)],
-        responses={
-            202: AgentOverviewSerializer,
-            **problems(*AUTH_CODES, *BODY_CODES, *IDEMPOTENCY_CODES, *STATE_CODES),
-        },
-    )
     def post(self, request: Request, name: str) -> HttpResponse:
         _known_agent(request.user, name)
-        self.idempotency_key(request)
-        data = validated(ReasonInput, request.data)
 
-        def execute() -> Response:
-            services.agent_pause(agent=name, reason=data["reason"], user=request.user)
+        def execute(data: dict[str, Any]) -> Response:
+            type(self).change(agent=name, reason=data["reason"], user=request.user)
             return _agent_answer(name)
 
-        return self.idempotent(request, execute)
+        return self.command(request, execute)
+
+
+@extend_schema_view(
+    post=command_schema(
+        ReasonInput,
+        {202: AgentOverviewSerializer},
+        *STATE_CODES,
+        tags=["agents"],
+        operation_id="agents_pause",
+    )
+)
+class AgentPauseApi(AgentGateApi):
+    """Close the agent's gate (the kill switch): nothing of it is claimed, every running
+    attempt stops at its next step boundary and its run waits ``queued``, held."""
+
+    InputSerializer = ReasonInput
+    change = staticmethod(services.agent_pause)
 
 
 class UnpauseInput(serializers.Serializer):
@@ -164,29 +158,17 @@ class UnpauseInput(serializers.Serializer):
     reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
-class AgentUnpauseApi(IdempotentMixin, APIView):
-    """Reopen the agent's gate: its held and queued runs go on by themselves, soonest first."""
-
-    # The API-wide throttle, and a tighter one for commands that stop work.
-    throttle_classes = [PrincipalRateThrottle, PauseThrottle]
-
-    @extend_schema(
+@extend_schema_view(
+    post=command_schema(
+        UnpauseInput,
+        {202: AgentOverviewSerializer},
+        *STATE_CODES,
         tags=["agents"],
         operation_id="agents_unpause",
-        request=UnpauseInput,
-        parameters=[idempotency_key_parameter(required=True)],
-        responses={
-            202: AgentOverviewSerializer,
-            **problems(*AUTH_CODES, *BODY_CODES, *IDEMPOTENCY_CODES, *STATE_CODES),
-        },
     )
-    def post(self, request: Request, name: str) -> HttpResponse:
-        _known_agent(request.user, name)
-        self.idempotency_key(request)
-        data = validated(UnpauseInput, request.data)
+)
+class AgentUnpauseApi(AgentGateApi):
+    """Reopen the agent's gate: its held and queued runs go on by themselves, soonest first."""
 
-        def execute() -> Response:
-            services.agent_unpause(agent=name, reason=data["reason"], user=request.user)
-            return _agent_answer(name)
-
-        return self.idempotent(request, execute)
+    InputSerializer = UnpauseInput
+    change = staticmethod(services.agent_unpause)

@@ -28,18 +28,15 @@ from rest_framework.views import APIView
 
 from api.base import (
     AUTH_CODES,
-    BODY_CODES,
-    IDEMPOTENCY_CODES,
-    idempotency_key_parameter,
+    command_schema,
     pointers_under,
     problems,
     require_perm,
-    validated,
 )
 from api.idempotency import IdempotentMixin
 from api.reads import Cursor, QueryValidated
 from api.serializers import UtcDateTimeField
-from api.worker import KEY_CODES, WORKER_AUTH_CODES, WorkerApiView, token_id
+from api.worker import FENCE_CODES, WORKER_AUTH_CODES, WorkerApiView, lease_of, token_id
 from ledger import services
 from ledger.models import Resolution, Reversibility, SideEffect, SideEffectStatus
 from ledger.selectors import (
@@ -241,32 +238,29 @@ class SideEffectReconcileApi(IdempotentMixin, APIView):
         class Meta:
             ref_name = "SideEffectReconcileInput"
 
-    @extend_schema(
+    @command_schema(
+        InputSerializer,
+        {200: SideEffectSerializer},
+        "not_found",
+        "invalid_state",
         tags=TAGS,
         operation_id="side_effects_reconcile",
-        request=InputSerializer,
-        parameters=[idempotency_key_parameter(required=True)],
-        responses={
-            200: SideEffectSerializer,
-            **problems(*AUTH_CODES, *BODY_CODES, *IDEMPOTENCY_CODES, "not_found", "invalid_state"),
-        },
     )
     def post(self, request: Request, operation_id: str) -> HttpResponse:
         effect = side_effect_get_for_user(user=request.user, operation_id=operation_id, perm=RETRY)
-        self.idempotency_key(request)
-        data = validated(self.InputSerializer, request.data)
-
-        def execute() -> Response:
-            settled = services.side_effect_reconcile(
-                operation_id=effect.operation_id,
-                outcome=data["outcome"],
-                external_reference=data.get("external_reference") or None,
-                note=data["note"],
-                user=request.user,
-            )
-            return Response(effect_data(settled, request.user))
-
-        return self.idempotent(request, execute)
+        return self.command(
+            request,
+            lambda data: effect_data(
+                services.side_effect_reconcile(
+                    operation_id=effect.operation_id,
+                    outcome=data["outcome"],
+                    external_reference=data.get("external_reference") or None,
+                    note=data["note"],
+                    user=request.user,
+                ),
+                request.user,
+            ),
+        )
 
 
 class SideEffectCompensateApi(IdempotentMixin, APIView):
@@ -287,39 +281,27 @@ class SideEffectCompensateApi(IdempotentMixin, APIView):
         class Meta:
             ref_name = "SideEffectCompensateInput"
 
-    @extend_schema(
+    @command_schema(
+        InputSerializer,
+        {200: SideEffectSerializer},
+        "not_found",
+        "invalid_state",
+        "target_changed",
         tags=TAGS,
         operation_id="side_effects_compensate",
-        request=InputSerializer,
-        parameters=[idempotency_key_parameter(required=True)],
-        responses={
-            200: SideEffectSerializer,
-            **problems(
-                *AUTH_CODES,
-                *BODY_CODES,
-                *IDEMPOTENCY_CODES,
-                "not_found",
-                "invalid_state",
-                "target_changed",
-            ),
-        },
     )
     def post(self, request: Request, operation_id: str) -> HttpResponse:
         effect = side_effect_get_for_user(user=request.user, operation_id=operation_id, perm=RETRY)
-        self.idempotency_key(request)
-        data = validated(self.InputSerializer, request.data)
-        return self.idempotent(
+        return self.command(
             request,
-            lambda: Response(
-                effect_data(
-                    services.side_effect_compensate(
-                        operation_id=effect.operation_id,
-                        user=request.user,
-                        reason=data["reason"],
-                        force=data["force"],
-                    ),
-                    request.user,
-                )
+            lambda data: effect_data(
+                services.side_effect_compensate(
+                    operation_id=effect.operation_id,
+                    user=request.user,
+                    reason=data["reason"],
+                    force=data["force"],
+                ),
+                request.user,
             ),
         )
 
@@ -371,37 +353,24 @@ class WorkerSideEffectBeginApi(WorkerApiView):
         class Meta:
             ref_name = "WorkerSideEffectBeginInput"
 
-    @extend_schema(
+    @command_schema(
+        InputSerializer,
+        {200: BeginSerializer},
+        *FENCE_CODES,
+        "side_effect_unknown",
+        "approval_required",
+        "invalid_state",
+        "destination_not_allowed",
         tags=["worker"],
         operation_id="worker_side_effects_begin",
-        request=InputSerializer,
-        parameters=[idempotency_key_parameter(required=False)],
-        responses={
-            200: BeginSerializer,
-            **problems(
-                *WORKER_AUTH_CODES,
-                *BODY_CODES,
-                *KEY_CODES,
-                "stale_after_cancel",
-                "stale_worker",
-                "not_your_lease",
-                "not_found",
-                "side_effect_unknown",
-                "approval_required",
-                "invalid_state",
-                "destination_not_allowed",
-            ),
-        },
+        key_required=False,
+        auth_codes=WORKER_AUTH_CODES,
     )
     def post(self, request: Request, attempt_id: str) -> HttpResponse:
-        self.idempotency_key(request)
-        data = validated(self.InputSerializer, request.data)
-
-        def execute() -> Response:
+        def begin(data: dict[str, Any]) -> Any:
             with pointers_under("/request"):
-                begin = services.side_effect_begin(
-                    attempt_id=attempt_id,
-                    lease_epoch=data["lease_epoch"],
+                begun = services.side_effect_begin(
+                    **lease_of(request, attempt_id, data),
                     cancel_epoch=data["cancel_epoch"],
                     step_id=data["step_id"],
                     tool=data["tool"],
@@ -410,22 +379,19 @@ class WorkerSideEffectBeginApi(WorkerApiView):
                     reversibility=data.get("reversibility"),
                     compensating_action=data.get("compensating_action"),
                     idempotency_key=data.get("idempotency_key"),
-                    worker_token_id=token_id(request),
                 )
-            return Response(
-                BeginSerializer(
-                    {
-                        "decision": begin.decision,
-                        "operation_id": begin.operation_id,
-                        "idempotency_key": begin.idempotency_key,
-                        "result": begin.result,
-                        "external_reference": begin.external_reference,
-                        "reversibility": begin.reversibility,
-                    }
-                ).data
-            )
+            return BeginSerializer(
+                {
+                    "decision": begun.decision,
+                    "operation_id": begun.operation_id,
+                    "idempotency_key": begun.idempotency_key,
+                    "result": begun.result,
+                    "external_reference": begun.external_reference,
+                    "reversibility": begun.reversibility,
+                }
+            ).data
 
-        return self.idempotent(request, execute)
+        return self.command(request, begin)
 
 
 class WorkerSideEffectOutcomeApi(WorkerApiView):
@@ -446,21 +412,17 @@ class WorkerSideEffectOutcomeApi(WorkerApiView):
         class Meta:
             ref_name = "WorkerSideEffectOutcomeInput"
 
-    @extend_schema(
+    @command_schema(
+        InputSerializer,
+        {200: SideEffectSerializer},
+        "not_found",
         tags=["worker"],
         operation_id="worker_side_effects_outcome",
-        request=InputSerializer,
-        parameters=[idempotency_key_parameter(required=False)],
-        responses={
-            200: SideEffectSerializer,
-            **problems(*WORKER_AUTH_CODES, *BODY_CODES, *KEY_CODES, "not_found"),
-        },
+        key_required=False,
+        auth_codes=WORKER_AUTH_CODES,
     )
     def post(self, request: Request, operation_id: str) -> HttpResponse:
-        self.idempotency_key(request)
-        data = validated(self.InputSerializer, request.data)
-
-        def execute() -> Response:
+        def record(data: dict[str, Any]) -> Any:
             effect = services.side_effect_record_outcome(
                 operation_id=operation_id,
                 status=data["status"],
@@ -472,6 +434,6 @@ class WorkerSideEffectOutcomeApi(WorkerApiView):
                 worker_token_id=token_id(request),
             )
             # The worker reported this outcome itself: it sees it whole.
-            return Response(effect_data(effect, None))
+            return effect_data(effect, None)
 
-        return self.idempotent(request, execute)
+        return self.command(request, record)

@@ -37,14 +37,14 @@ import dataclasses
 from typing import Any
 
 from django.http import HttpResponse
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from api.authentication import AnonymousRateAuthentication, IsWorker, WorkerTokenAuthentication
-from api.base import BODY_CODES, idempotency_key_parameter, problems, validated
+from api.base import command_schema
 from api.idempotency import IdempotentMixin
 from api.serializers import CheckpointSerializer, InputRequestSerializer, utc
 from runs import services
@@ -66,6 +66,26 @@ def token_id(request: Request) -> int:
     """The id of the worker token the request came with (``IsWorker`` made sure of one)."""
     assert isinstance(request.auth, WorkerToken)
     return request.auth.pk
+
+
+def lease_of(request: Request, attempt_id: str, data: dict[str, Any]) -> dict[str, Any]:
+    """What every write about an attempt tells its service: the token that holds the
+    lease, the attempt and its ``lease_epoch`` (heartbeat and release are fenced by these)."""
+    return {
+        "worker_token_id": token_id(request),
+        "attempt_id": attempt_id,
+        "lease_epoch": data["lease_epoch"],
+    }
+
+
+def fenced(request: Request, attempt_id: str, data: dict[str, Any]) -> dict[str, Any]:
+    """``lease_of`` and the ``cancel_epoch`` and the cost so far (``FencedInput``): the
+    fence of every write that records the agent's work."""
+    return {
+        **lease_of(request, attempt_id, data),
+        "cancel_epoch": data["cancel_epoch"],
+        "cost": data.get("cost"),
+    }
 
 
 class WorkerApiView(IdempotentMixin, APIView):
@@ -179,11 +199,13 @@ class FencedInput(LeaseInput):
 
 
 def _write_schema(request: type[serializers.Serializer], ok: Any, *codes: str) -> Any:
-    return extend_schema(
+    return command_schema(
+        request,
+        ok,
+        *codes,
         tags=["worker"],
-        request=request,
-        parameters=[idempotency_key_parameter(required=False)],
-        responses={**ok, **problems(*WORKER_AUTH_CODES, *BODY_CODES, *KEY_CODES, *codes)},
+        key_required=False,
+        auth_codes=WORKER_AUTH_CODES,
     )
 
 
@@ -203,21 +225,18 @@ class WorkerClaimApi(WorkerApiView):
         )
         lease_seconds = serializers.FloatField(min_value=0.1, max_value=3600, required=False)
 
-    @extend_schema(
-        tags=["worker"],
-        request=InputSerializer,
-        parameters=[idempotency_key_parameter(required=False)],
-        responses={
+    @command_schema(
+        InputSerializer,
+        {
             200: LeaseSerializer,
             204: OpenApiResponse(description="No attempt is due; wait and claim again."),
-            **problems(*WORKER_AUTH_CODES, *BODY_CODES, *KEY_CODES),
         },
+        tags=["worker"],
+        key_required=False,
+        auth_codes=WORKER_AUTH_CODES,
     )
     def post(self, request: Request) -> HttpResponse:
-        self.idempotency_key(request)
-        data = validated(self.InputSerializer, request.data)
-
-        def claim() -> Response:
+        def claim(data: dict[str, Any]) -> Response:
             lease = services.attempt_claim(
                 worker_token_id=token_id(request),
                 worker_id=data["worker_id"],
@@ -228,7 +247,7 @@ class WorkerClaimApi(WorkerApiView):
                 return Response(status=204)
             return Response(lease_data(lease))
 
-        return self.idempotent(request, claim)
+        return self.command(request, claim)
 
 
 class WorkerHeartbeatApi(WorkerApiView):
@@ -248,26 +267,19 @@ class WorkerHeartbeatApi(WorkerApiView):
         InputSerializer, {200: HeartbeatSerializer}, "stale_worker", "not_your_lease", "not_found"
     )
     def post(self, request: Request, attempt_id: str) -> HttpResponse:
-        self.idempotency_key(request)
-        data = validated(self.InputSerializer, request.data)
-
-        def beat() -> Response:
+        def beat(data: dict[str, Any]) -> dict[str, Any]:
             heartbeat = services.attempt_heartbeat(
-                worker_token_id=token_id(request),
-                attempt_id=attempt_id,
-                lease_epoch=data["lease_epoch"],
+                **lease_of(request, attempt_id, data),
                 lease_seconds=data.get("lease_seconds"),
                 cost=data.get("cost"),
             )
-            return Response(
-                {
-                    "lease_expires_at": utc(heartbeat.lease_expires_at),
-                    "cancel_requested": heartbeat.cancel_requested,
-                    "pause_requested": heartbeat.pause_requested,
-                }
-            )
+            return {
+                "lease_expires_at": utc(heartbeat.lease_expires_at),
+                "cancel_requested": heartbeat.cancel_requested,
+                "pause_requested": heartbeat.pause_requested,
+            }
 
-        return self.idempotent(request, beat)
+        return self.command(request, beat)
 
 
 class WorkerReleaseApi(WorkerApiView):
@@ -292,18 +304,11 @@ class WorkerReleaseApi(WorkerApiView):
         "invalid_state",
     )
     def post(self, request: Request, attempt_id: str) -> HttpResponse:
-        self.idempotency_key(request)
-        data = validated(self.InputSerializer, request.data)
-        return self.idempotent(
+        return self.command(
             request,
-            lambda: Response(
-                run_state(
-                    services.attempt_release(
-                        worker_token_id=token_id(request),
-                        attempt_id=attempt_id,
-                        lease_epoch=data["lease_epoch"],
-                        reason=data["reason"],
-                    )
+            lambda data: run_state(
+                services.attempt_release(
+                    **lease_of(request, attempt_id, data), reason=data["reason"]
                 )
             ),
         )
@@ -324,24 +329,16 @@ class WorkerCheckpointApi(WorkerApiView):
 
     @_write_schema(InputSerializer, {201: BoundarySerializer}, *FENCE_CODES)
     def post(self, request: Request, attempt_id: str) -> HttpResponse:
-        self.idempotency_key(request)
-        data = validated(self.InputSerializer, request.data)
-        return self.idempotent(
+        return self.command(
             request,
-            lambda: Response(
+            lambda data: (
                 BoundarySerializer(
                     services.checkpoint_save(
-                        worker_token_id=token_id(request),
-                        attempt_id=attempt_id,
-                        lease_epoch=data["lease_epoch"],
-                        cancel_epoch=data["cancel_epoch"],
-                        step=data["step"],
-                        state=data["state"],
-                        cost=data.get("cost"),
+                        **fenced(request, attempt_id, data), step=data["step"], state=data["state"]
                     )
-                ).data,
-                status=201,
+                ).data
             ),
+            status=201,
         )
 
 
@@ -371,17 +368,12 @@ class WorkerInterruptApi(WorkerApiView):
 
     @_write_schema(InputSerializer, {201: InputRequestSerializer}, *FENCE_CODES, "stale_checkpoint")
     def post(self, request: Request, attempt_id: str) -> HttpResponse:
-        self.idempotency_key(request)
-        data = validated(self.InputSerializer, request.data)
-        return self.idempotent(
+        return self.command(
             request,
-            lambda: Response(
+            lambda data: (
                 InputRequestSerializer(
                     services.attempt_interrupt(
-                        worker_token_id=token_id(request),
-                        attempt_id=attempt_id,
-                        lease_epoch=data["lease_epoch"],
-                        cancel_epoch=data["cancel_epoch"],
+                        **fenced(request, attempt_id, data),
                         checkpoint_id=data["checkpoint_id"],
                         kind=data["kind"],
                         prompt=data["prompt"],
@@ -392,11 +384,10 @@ class WorkerInterruptApi(WorkerApiView):
                         reason=data.get("reason", ""),
                         step_id=data.get("step_id", ""),
                         action=data.get("action"),
-                        cost=data.get("cost"),
                     )
-                ).data,
-                status=201,
+                ).data
             ),
+            status=201,
         )
 
 
@@ -411,20 +402,11 @@ class WorkerCompleteApi(WorkerApiView):
 
     @_write_schema(InputSerializer, {200: RunStateSerializer}, *FENCE_CODES)
     def post(self, request: Request, attempt_id: str) -> HttpResponse:
-        self.idempotency_key(request)
-        data = validated(self.InputSerializer, request.data)
-        return self.idempotent(
+        return self.command(
             request,
-            lambda: Response(
-                run_state(
-                    services.attempt_complete(
-                        worker_token_id=token_id(request),
-                        attempt_id=attempt_id,
-                        lease_epoch=data["lease_epoch"],
-                        cancel_epoch=data["cancel_epoch"],
-                        result=data["result"],
-                        cost=data.get("cost"),
-                    )
+            lambda data: run_state(
+                services.attempt_complete(
+                    **fenced(request, attempt_id, data), result=data["result"]
                 )
             ),
         )
@@ -459,21 +441,11 @@ class WorkerFailApi(WorkerApiView):
 
     @_write_schema(InputSerializer, {200: RunStateSerializer}, *FENCE_CODES)
     def post(self, request: Request, attempt_id: str) -> HttpResponse:
-        self.idempotency_key(request)
-        data = validated(self.InputSerializer, request.data)
-        error = dict(data["error"])
-        return self.idempotent(
+        return self.command(
             request,
-            lambda: Response(
-                run_state(
-                    services.attempt_fail(
-                        worker_token_id=token_id(request),
-                        attempt_id=attempt_id,
-                        lease_epoch=data["lease_epoch"],
-                        cancel_epoch=data["cancel_epoch"],
-                        error=error,
-                        cost=data.get("cost"),
-                    )
+            lambda data: run_state(
+                services.attempt_fail(
+                    **fenced(request, attempt_id, data), error=dict(data["error"])
                 )
             ),
         )

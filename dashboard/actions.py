@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 from urllib.parse import unquote
 
+from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
@@ -233,6 +234,45 @@ def perform_once(
                 continue
             return Outcome.from_error(error), False
         return Outcome.from_json(json.loads(stored.body)), replayed
+
+
+@dataclass
+class Submitted:
+    """What an action form's POST did: its outcome (new or replayed) and the values it was
+    performed with (the ids it was rendered for, the cleaned form, the other values)."""
+
+    outcome: Outcome
+    data: dict[str, Any]
+
+
+def submit_action(
+    request: HttpRequest,
+    *,
+    ids: dict[str, str],
+    perform: Callable[[dict[str, Any]], dict[str, Any] | None],
+    stale: Callable[[], HttpResponse],
+    form: forms.Form | None = None,
+    invalid: Callable[[Any], HttpResponse] | None = None,
+    values: dict[str, Any] | None = None,
+) -> HttpResponse | Submitted:
+    """The steps of every action form, in this order, each ending the POST with nothing
+    done when it fails: the form's idempotency key and the ids it was rendered for
+    (``ids``, e.g. ``{"run_id": run.id}``; a missing key or another object's form is
+    ``stale()``), then the form (``invalid(form)``), then ``perform(data)`` once per key
+    (``perform_once``) with ``data`` the ids, the cleaned form and ``values``. The view
+    says what happened (its message) from the ``Submitted`` outcome."""
+    key = form_key(request)
+    if key is None or any(request.POST.get(name) != value for name, value in ids.items()):
+        return stale()
+    data: dict[str, Any] = {**ids, **(values or {})}
+    if form is not None:
+        if not form.is_valid():
+            if invalid is None:  # pragma: no cover - every view with a form says how
+                raise ValueError("submit_action with a form needs invalid=")
+            return invalid(form)
+        data.update(form.cleaned_data)
+    outcome, _replayed = perform_once(request, key=key, body=data, call=lambda: perform(data))
+    return Submitted(outcome, data)
 
 
 def add_message(request: HttpRequest, outcome: Outcome, success: str, failure: str) -> None:

@@ -22,14 +22,13 @@ from django.views.decorators.http import require_GET, require_POST
 from dashboard.actions import (
     HtmxHttpRequest,
     dashboard_view,
-    form_key,
     new_idempotency_key,
-    perform_once,
     redirect_after_post,
     safe_next,
+    submit_action,
 )
 from dashboard.present import clock
-from dashboard.views.runs import _out_of_date, _run_reply, render_run_main, render_run_page
+from dashboard.views.runs import _invalid_run_form, _out_of_date, _run_reply
 from runs import services
 from runs.access import Actor
 from runs.models import InputRequest, Run
@@ -104,23 +103,22 @@ def pause_context(run: Run, user: Actor) -> dict[str, Any]:
 @require_POST
 def run_pause(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     run = run_get_for_user(user=request.user, run_id=run_id, perm=CANCEL)
-    key = form_key(request)
-    if key is None or request.POST.get("run_id") != run.id:
-        return _out_of_date(request, run)
-    form = PauseForm(request.POST)
-    if not form.is_valid():
-        if request.htmx:
-            return render_run_main(request, run.id, pause_form=form, status=422)
-        return render_run_page(request, run.id, pause_form=form, status=422)
-    reason = form.cleaned_data["reason"]
 
-    def pause() -> dict[str, Any]:
-        paused = services.run_pause(run_id=run.id, reason=reason, user=request.user)
+    def pause(data: dict[str, Any]) -> dict[str, Any]:
+        paused = services.run_pause(run_id=run.id, reason=data["reason"], user=request.user)
         return {"run_status": paused.status}
 
-    outcome, _replayed = perform_once(
-        request, key=key, body={"run_id": run.id, "reason": reason}, call=pause
+    done = submit_action(
+        request,
+        ids={"run_id": run.id},
+        form=PauseForm(request.POST),
+        perform=pause,
+        stale=lambda: _out_of_date(request, run),
+        invalid=lambda form: _invalid_run_form(request, run, pause_form=form),
     )
+    if isinstance(done, HttpResponse):
+        return done
+    outcome = done.outcome
     run.refresh_from_db()
     if outcome.ok and outcome.extra.get("run_status") == RunStatus.PAUSE_REQUESTED:
         message = _("Pause accepted. The running step finishes; the run pauses at its next step.")
@@ -137,24 +135,33 @@ def run_continue(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     """Continue a paused run: the resume of its pause request on its checkpoint, so a tab
     that shows an older pause is refused (the same compare-and-set as every answer)."""
     run = run_get_for_user(user=request.user, run_id=run_id, perm=CANCEL)
-    key = form_key(request)
     request_id = request.POST.get("request_id", "")[:40]
-    checkpoint_id = request.POST.get("checkpoint_id", "")[:40] or None
-    if key is None or request.POST.get("run_id") != run.id or not request_id:
+    if not request_id:
         return _out_of_date(request, run)
 
-    def proceed() -> dict[str, Any]:
+    def proceed(data: dict[str, Any]) -> dict[str, Any]:
         continued = services.run_resume(
             run_id=run.id,
-            request_id=request_id,
-            checkpoint_id=checkpoint_id,
+            request_id=data["request_id"],
+            checkpoint_id=data["checkpoint_id"],
             value=None,
             user=request.user,
         )
         return {"run_status": continued.status}
 
-    body = {"run_id": run.id, "request_id": request_id, "checkpoint_id": checkpoint_id}
-    outcome, _replayed = perform_once(request, key=key, body=body, call=proceed)
+    done = submit_action(
+        request,
+        ids={"run_id": run.id},
+        values={
+            "request_id": request_id,
+            "checkpoint_id": request.POST.get("checkpoint_id", "")[:40] or None,
+        },
+        perform=proceed,
+        stale=lambda: _out_of_date(request, run),
+    )
+    if isinstance(done, HttpResponse):
+        return done
+    outcome = done.outcome
     run.refresh_from_db()
     if outcome.ok:
         message = _("Run continued: a new attempt goes on from the checkpoint.")
@@ -218,25 +225,32 @@ def agent_gate(request: HtmxHttpRequest, name: str, action: str) -> HttpResponse
     back = reverse("agent-list")
     if action not in ("pause", "unpause") or agent_overview(name[:100]) is None:
         raise Http404("No such agent.")
-    key = form_key(request)
     reason = request.POST.get("reason", "").strip()
-    if key is None:
-        messages.error(request, _("This form is out of date; please try again."))
-        return redirect_after_post(back)
     if action == "pause" and (not reason or len(reason) > MAX_REASON):
         messages.error(request, _("Say why you pause the agent (1 to 2,000 characters)."))
         return redirect_after_post(back)
 
-    def call() -> dict[str, Any]:
+    def stale() -> HttpResponse:
+        messages.error(request, _("This form is out of date; please try again."))
+        return redirect_after_post(back)
+
+    def call(data: dict[str, Any]) -> dict[str, Any]:
         if action == "pause":
             services.agent_pause(agent=name, reason=reason, user=request.user)
         else:
             services.agent_unpause(agent=name, reason=reason[:MAX_REASON], user=request.user)
         return {}
 
-    outcome, _replayed = perform_once(
-        request, key=key, body={"agent": name, "action": action, "reason": reason}, call=call
+    done = submit_action(
+        request,
+        ids={},
+        values={"agent": name, "action": action, "reason": reason},
+        perform=call,
+        stale=stale,
     )
+    if isinstance(done, HttpResponse):
+        return done
+    outcome = done.outcome
     if outcome.ok:
         text = _("Agent %(agent)s paused.") if action == "pause" else _("Agent %(agent)s unpaused.")
         messages.success(request, text % {"agent": name})

@@ -23,11 +23,10 @@ from dashboard.actions import (
     dashboard_view,
     decode_cursor,
     encode_cursor,
-    form_key,
     new_idempotency_key,
-    perform_once,
     redirect_after_post,
     safe_next,
+    submit_action,
 )
 from dashboard.forms import CancelForm, RetryForm
 from dashboard.present import (
@@ -394,6 +393,13 @@ def _run_reply(
     )
 
 
+def _invalid_run_form(request: HtmxHttpRequest, run: Run, **form: Any) -> HttpResponse:
+    """A run page action's form with errors: the page (or its main part) with the form open."""
+    if request.htmx:
+        return render_run_main(request, run.id, status=422, **form)
+    return render_run_page(request, run.id, status=422, **form)
+
+
 def _out_of_date(request: HtmxHttpRequest, run: Run) -> HttpResponse:
     outcome = Outcome(ok=False, code="malformed_request", status=400)
     message = _("This form is out of date; here is the current state. Please try again.")
@@ -411,23 +417,22 @@ def _already(run: Run, event_type: str, text: str) -> str:
 @require_POST
 def run_cancel(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     run = run_get_for_user(user=request.user, run_id=run_id, perm=CANCEL)
-    key = form_key(request)
-    if key is None or request.POST.get("run_id") != run.id:
-        return _out_of_date(request, run)
-    form = CancelForm(request.POST)
-    if not form.is_valid():
-        if request.htmx:
-            return render_run_main(request, run.id, cancel_form=form, status=422)
-        return render_run_page(request, run.id, cancel_form=form, status=422)
-    reason = form.cleaned_data["reason"]
 
-    def cancel() -> dict[str, Any]:
-        cancelled = services.run_cancel(run_id=run.id, user=request.user, reason=reason)
+    def cancel(data: dict[str, Any]) -> dict[str, Any]:
+        cancelled = services.run_cancel(run_id=run.id, user=request.user, reason=data["reason"])
         return {"run_status": cancelled.status}
 
-    outcome, _replayed = perform_once(
-        request, key=key, body={"run_id": run.id, "reason": reason}, call=cancel
+    done = submit_action(
+        request,
+        ids={"run_id": run.id},
+        form=CancelForm(request.POST),
+        perform=cancel,
+        stale=lambda: _out_of_date(request, run),
+        invalid=lambda form: _invalid_run_form(request, run, cancel_form=form),
     )
+    if isinstance(done, HttpResponse):
+        return done
+    outcome = done.outcome
     run.refresh_from_db()
     while_: tuple[str, ...] = ()
     if outcome.ok and outcome.extra.get("run_status") == RunStatus.CANCEL_REQUESTED:
@@ -453,28 +458,30 @@ def run_cancel(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
 @require_POST
 def run_retry(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     run = run_get_for_user(user=request.user, run_id=run_id, perm=RETRY)
-    key = form_key(request)
-    if key is None or request.POST.get("run_id") != run.id:
-        return _out_of_date(request, run)
     checkpoints = list(Checkpoint.objects.filter(run=run).order_by("-number"))
-    form = RetryForm(request.POST, checkpoints=checkpoints)
-    if not form.is_valid():
-        if request.htmx:
-            return render_run_main(request, run.id, retry_form=form, status=422)
-        return render_run_page(request, run.id, retry_form=form, status=422)
-    reason = form.cleaned_data["reason"]
-    from_checkpoint = form.cleaned_data.get("from_checkpoint") or None
 
-    def retry() -> dict[str, Any]:
+    def retry(data: dict[str, Any]) -> dict[str, Any]:
         retried = services.run_retry(
-            run_id=run.id, reason=reason, from_checkpoint_id=from_checkpoint, user=request.user
+            run_id=run.id,
+            reason=data["reason"],
+            from_checkpoint_id=data.get("from_checkpoint") or None,
+            user=request.user,
         )
         attempt = Attempt.objects.get(pk=retried.current_attempt_id)
         checkpoint = attempt.resume_from
         return {"attempt": attempt.number, "checkpoint": checkpoint.number if checkpoint else 0}
 
-    body = {"run_id": run.id, "reason": reason, "from_checkpoint": from_checkpoint}
-    outcome, _replayed = perform_once(request, key=key, body=body, call=retry)
+    done = submit_action(
+        request,
+        ids={"run_id": run.id},
+        form=RetryForm(request.POST, checkpoints=checkpoints),
+        perform=retry,
+        stale=lambda: _out_of_date(request, run),
+        invalid=lambda form: _invalid_run_form(request, run, retry_form=form),
+    )
+    if isinstance(done, HttpResponse):
+        return done
+    outcome = done.outcome
     run.refresh_from_db()
     while_: tuple[str, ...] = ()
     if outcome.ok:

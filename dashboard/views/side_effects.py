@@ -24,11 +24,10 @@ from dashboard.actions import (
     HtmxHttpRequest,
     Outcome,
     dashboard_view,
-    form_key,
     new_idempotency_key,
-    perform_once,
     redirect_after_post,
     safe_next,
+    submit_action,
 )
 from dashboard.present import as_text, before_after_diff, parse_time, value_rows
 from dashboard.views.runs import run_context
@@ -272,27 +271,32 @@ def _reply(
     )
 
 
+def _out_of_date(request: HtmxHttpRequest, effect: SideEffect) -> HttpResponse:
+    out_of_date = Outcome(ok=False, code="malformed_request", status=400)
+    message = _("This form is out of date; here is the current state. Please try again.")
+    return _reply(request, effect, outcome=out_of_date, message=message)
+
+
+def _invalid(
+    request: HtmxHttpRequest,
+    effect: SideEffect,
+    form: ReconcileForm | CompensateForm,
+    message: str,
+) -> HttpResponse:
+    if not request.htmx:
+        # Without JavaScript the page comes back with the values and errors in place.
+        return _invalid_page(request, effect, form, message)
+    invalid = Outcome(ok=False, code="invalid_input", status=422)
+    return _reply(request, effect, outcome=invalid, message=message, form=form)
+
+
 @dashboard_view(require_view=False)
 @require_POST
 def side_effect_reconcile(request: HtmxHttpRequest, operation_id: str) -> HttpResponse:
     """A person says how an unknown effect really went: happened (with its reference) or not."""
     effect = side_effect_get_for_user(user=request.user, operation_id=operation_id, perm=RETRY)
-    key = form_key(request)
-    if key is None or request.POST.get("operation_id") != effect.operation_id:
-        out_of_date = Outcome(ok=False, code="malformed_request", status=400)
-        message = _("This form is out of date; here is the current state. Please try again.")
-        return _reply(request, effect, outcome=out_of_date, message=message)
-    form = ReconcileForm(request.POST)
-    if not form.is_valid():
-        invalid = Outcome(ok=False, code="invalid_input", status=422)
-        message = _("Check the highlighted fields. Nothing was recorded.")
-        if not request.htmx:
-            # Without JavaScript the page comes back with the values and errors in place.
-            return _invalid_page(request, effect, form, message)
-        return _reply(request, effect, outcome=invalid, message=message, form=form)
-    data = form.cleaned_data
 
-    def reconcile() -> dict[str, Any]:
+    def reconcile(data: dict[str, Any]) -> dict[str, Any]:
         settled = services.side_effect_reconcile(
             operation_id=effect.operation_id,
             outcome=data["outcome"],
@@ -302,13 +306,20 @@ def side_effect_reconcile(request: HtmxHttpRequest, operation_id: str) -> HttpRe
         )
         return {"status": settled.status}
 
-    body = {
-        "operation_id": effect.operation_id,
-        "outcome": data["outcome"],
-        "external_reference": data["external_reference"],
-        "note": data["note"],
-    }
-    outcome, _replayed = perform_once(request, key=key, body=body, call=reconcile)
+    form = ReconcileForm(request.POST)
+    done = submit_action(
+        request,
+        ids={"operation_id": effect.operation_id},
+        form=form,
+        perform=reconcile,
+        stale=lambda: _out_of_date(request, effect),
+        invalid=lambda _form: _invalid(
+            request, effect, form, _("Check the highlighted fields. Nothing was recorded.")
+        ),
+    )
+    if isinstance(done, HttpResponse):
+        return done
+    outcome, data = done.outcome, done.data
     if outcome.ok and data["outcome"] == "confirmed":
         message = _("Marked as happened. The run may be retried; this effect will not be repeated.")
     elif outcome.ok:
@@ -328,21 +339,8 @@ def side_effect_compensate(request: HtmxHttpRequest, operation_id: str) -> HttpR
     A reason is required; when the target changed after the effect, the person must tick
     "restore anyway" (the service refuses ``target_changed`` otherwise)."""
     effect = side_effect_get_for_user(user=request.user, operation_id=operation_id, perm=RETRY)
-    key = form_key(request)
-    if key is None or request.POST.get("operation_id") != effect.operation_id:
-        out_of_date = Outcome(ok=False, code="malformed_request", status=400)
-        message = _("This form is out of date; here is the current state. Please try again.")
-        return _reply(request, effect, outcome=out_of_date, message=message)
-    form = CompensateForm(request.POST)
-    if not form.is_valid():
-        invalid = Outcome(ok=False, code="invalid_input", status=422)
-        message = _("Check the highlighted fields. Nothing was undone.")
-        if not request.htmx:
-            return _invalid_page(request, effect, form, message)
-        return _reply(request, effect, outcome=invalid, message=message, form=form)
-    data = form.cleaned_data
 
-    def compensate() -> dict[str, Any]:
+    def compensate(data: dict[str, Any]) -> dict[str, Any]:
         done = services.side_effect_compensate(
             operation_id=effect.operation_id,
             user=request.user,
@@ -351,8 +349,20 @@ def side_effect_compensate(request: HtmxHttpRequest, operation_id: str) -> HttpR
         )
         return {"status": done.status}
 
-    body = {"operation_id": effect.operation_id, "reason": data["reason"], "force": data["force"]}
-    outcome, _replayed = perform_once(request, key=key, body=body, call=compensate)
+    form = CompensateForm(request.POST)
+    done = submit_action(
+        request,
+        ids={"operation_id": effect.operation_id},
+        form=form,
+        perform=compensate,
+        stale=lambda: _out_of_date(request, effect),
+        invalid=lambda _form: _invalid(
+            request, effect, form, _("Check the highlighted fields. Nothing was undone.")
+        ),
+    )
+    if isinstance(done, HttpResponse):
+        return done
+    outcome = done.outcome
     if outcome.ok and outcome.extra.get("status") == S.COMPENSATED:
         message = _("Undone: the compensating action ran.")
     elif outcome.ok:

@@ -8,6 +8,8 @@ turning into odd behaviour later (healthchecks' ``envbool``).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
@@ -37,26 +39,26 @@ def env_bool(name: str, default: bool = False) -> bool:
 
 
 def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name}={raw!r} is not a whole number.") from None
-    if minimum is not None and value < minimum:
-        raise ImproperlyConfigured(f"{name}={value} is too small; it must be at least {minimum}.")
-    return value
+    return _env_number(name, default, int, "a whole number", minimum)
 
 
 def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
+    return _env_number(name, default, float, "a number", minimum)
+
+
+Number = TypeVar("Number", int, float)
+
+
+def _env_number(
+    name: str, default: Number, parse: Callable[[str], Number], what: str, minimum: Number | None
+) -> Number:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
     try:
-        value = float(raw)
+        value = parse(raw)
     except ValueError:
-        raise ImproperlyConfigured(f"{name}={raw!r} is not a number.") from None
+        raise ImproperlyConfigured(f"{name}={raw!r} is not {what}.") from None
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name}={value} is too small; it must be at least {minimum}.")
     return value

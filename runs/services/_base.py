@@ -306,3 +306,19 @@ def pause_locked(
         },
     )
     return request
+
+
+def pause_as_requested(run: Run, attempt: Attempt, *, now: Any, actor: str) -> InputRequest:
+    """A ``pause_requested`` run reached its step boundary: it pauses as it was asked to
+    (by whom, why, since when, for how long: what ``run_pause`` recorded on the run)."""
+    return pause_locked(
+        run,
+        attempt=attempt,
+        transition="pause_done",
+        now=now,
+        actor=actor,
+        reason=run.pause_reason,
+        paused_by=run.pause_actor,
+        requested_at=run.pause_requested_at,
+        expires_in=run.pause_expires_in,
+    )

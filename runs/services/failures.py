@@ -21,7 +21,7 @@ from runs.services._base import (
     error_fingerprint,
     lock_for_worker_write,
     parse_cost,
-    pause_locked,
+    pause_as_requested,
     queue_attempt,
     set_attempt_cost,
 )
@@ -165,7 +165,7 @@ def attempt_fail(
         elif run.status == RunStatus.PAUSE_REQUESTED:
             # It would back off and try again: a pause was asked meanwhile, so the run
             # stops here instead and the retry is the continuation.
-            _pause_requested_done(run, attempt, now=now, actor=worker)
+            pause_as_requested(run, attempt, now=now, actor=worker)
         else:
             delay = policy.backoff_seconds(failures)
             not_before = now + dt.timedelta(seconds=delay)
@@ -238,7 +238,7 @@ def fail_locked_for_lost_lease(run: Run, attempt: Attempt, *, now: Any) -> None:
     if run.status == RunStatus.PAUSE_REQUESTED:
         # The worker died (or froze) after the pause was asked: the run is paused at its
         # latest checkpoint, not requeued, and no attempt of it runs meanwhile.
-        _pause_requested_done(run, attempt, now=now, actor=actor)
+        pause_as_requested(run, attempt, now=now, actor=actor)
         return
     cap = agent_spec(run.agent).retry_policy.max_lease_losses or settings.HOLDPOINT_MAX_LEASE_LOSSES
     lost_in_a_row = 0
@@ -262,20 +262,6 @@ def fail_locked_for_lost_lease(run: Run, attempt: Attempt, *, now: Any) -> None:
     )
     append_event(
         run, EventType.RUN_REQUEUED, actor, {"next_attempt_id": new.id, "reason": "lease_expired"}
-    )
-
-
-def _pause_requested_done(run: Run, attempt: Attempt, *, now: Any, actor: str) -> None:
-    pause_locked(
-        run,
-        attempt=attempt,
-        transition="pause_done",
-        now=now,
-        actor=actor,
-        reason=run.pause_reason,
-        paused_by=run.pause_actor,
-        requested_at=run.pause_requested_at,
-        expires_in=run.pause_expires_in,
     )
 
 

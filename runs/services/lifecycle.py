@@ -33,6 +33,7 @@ from runs.services._base import (
     lease_seconds_or_default,
     lock_for_worker_write,
     parse_cost,
+    pause_as_requested,
     pause_locked,
     queue_attempt,
     set_attempt_cost,
@@ -380,17 +381,7 @@ def attempt_release(
         # An interrupt: the attempt ends as a hold point's does, the run holds a request.
         attempt.status = AttemptStatus.INTERRUPTED
         attempt.save()
-        pause_locked(
-            run,
-            attempt=attempt,
-            transition="pause_done",
-            now=now,
-            actor=worker,
-            reason=run.pause_reason,
-            paused_by=run.pause_actor,
-            requested_at=run.pause_requested_at,
-            expires_in=run.pause_expires_in,
-        )
+        pause_as_requested(run, attempt, now=now, actor=worker)
     elif reason == "paused":
         # The agent's gate closed (or closed and reopened since the worker heard of it):
         # the run waits queued from its latest checkpoint; claims skip it while it is shut.

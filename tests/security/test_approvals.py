@@ -460,7 +460,7 @@ def test_it_records_an_outcome_from_another_token_and_says_which_token_sent_it(
 
 
 @pytest.mark.postgres
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.django_db(transaction=True)
 def test_it_lets_only_the_claiming_token_complete_when_two_tokens_race() -> None:
     services.run_start(agent=AGENT, input={"n": 1})
     owner, intruder = worker_client("owner"), worker_client("intruder")

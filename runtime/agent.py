@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from runs.agents import AgentSpec, RetryPolicy
 from runtime import registry
+from runtime.typed import is_typed, schema_of
 from runtime.types import Done, Next
 
 if TYPE_CHECKING:
@@ -31,18 +32,29 @@ class Agent:
         self,
         *,
         name: str,
-        input_schema: dict[str, Any] | None = None,
+        input_schema: dict[str, Any] | type | None = None,
         retry: RetryPolicy | None = None,
         description: str = "",
         tools: tuple[str, ...] | list[str] = (),
         label: str = "",
     ) -> None:
         """``label``: how a run of this agent is named where people read, a template over
-        its input (``"Migrate {service}"``); default the agent's name and a short run id."""
+        its input (``"Migrate {service}"``); default the agent's name and a short run id.
+
+        ``input_schema``: JSON Schema (or the compact form), or a Pydantic model or a
+        dataclass (``runtime/typed.py``): its JSON Schema is what runs are checked against,
+        and ``ctx.input`` is then an instance of it."""
         if not name or len(name) > 100:
             raise ValueError("An agent name must be 1 to 100 characters.")
         self.name = name
-        self.input_schema = dict(input_schema or {})
+        self.input_type: type | None = None
+        if isinstance(input_schema, type) and is_typed(input_schema):
+            self.input_type = input_schema
+            self.input_schema = schema_of(input_schema)
+        elif isinstance(input_schema, type):
+            raise TypeError("input_schema is JSON Schema, a Pydantic model or a dataclass.")
+        else:
+            self.input_schema = dict(input_schema or {})
         self.retry = retry or RetryPolicy()
         self.description = description
         self.tools = tuple(tools)

@@ -30,11 +30,13 @@ from runs.errors import HoldpointError
 from runs.schemas import canonical_json
 from runtime.control import AttemptControl, HoldPointReached, SideEffectUnknown
 from runtime.selectors import Answer
+from runtime.typed import TypedValueError, is_typed, parse, schema_of
 from runtime.types import (
     Approval,
     ApprovalDenied,
     Confirmed,
     CostBudgetExceeded,
+    Deterministic,
     Done,
     Next,
     SideEffectFailed,
@@ -110,6 +112,46 @@ def change_is_empty(detail: Any) -> bool:
     return bool(pairs) and all(canonical_json(a) == canonical_json(b) for a, b in pairs)
 
 
+MAX_CHOICES = 50
+
+
+def choice_schema(options: Any) -> dict[str, Any]:
+    """The answer schema of ``ctx.choose``: ``{"choice": one of the options}``."""
+    if isinstance(options, dict):
+        pairs = [(value, str(label)) for value, label in options.items()]
+    elif isinstance(options, list | tuple):
+        pairs = [(value, str(value)) for value in options]
+    else:
+        raise TypeError("options must be a list of values or a dict of value to label.")
+    values = [value for value, _ in pairs]
+    if not 1 <= len(values) <= MAX_CHOICES or len(set(values)) != len(values):
+        raise ValueError(f"choose takes 1 to {MAX_CHOICES} different options.")
+    if not all(isinstance(v, str) and 0 < len(v) <= 200 for v in values):
+        raise ValueError("Each option is a string of 1 to 200 characters.")
+    return {
+        "type": "object",
+        "properties": {
+            "choice": {"oneOf": [{"const": value, "title": label[:200]} for value, label in pairs]}
+        },
+        "required": ["choice"],
+        "additionalProperties": False,
+    }
+
+
+def typed_value(tp: type | None, value: Any, what: str) -> Any:
+    """``value`` as an instance of ``tp`` (a Pydantic model or a dataclass), or as it is.
+
+    The JSON Schema of ``tp`` already accepted it at the door; a type that still refuses
+    it (a validator the schema cannot say) fails the step, deterministic, with pointers.
+    """
+    if tp is None:
+        return value
+    try:
+        return parse(tp, value)
+    except TypedValueError as exc:
+        raise Deterministic(f"The {what} does not make a {tp.__name__}: {exc}") from None
+
+
 def _tool_reversibility(name: str) -> str:
     from ledger.tools import get_tool
 
@@ -132,8 +174,10 @@ class Context:
         resumed: bool,
         cost_before: Decimal,
         cost_budget: float | None,
+        input_type: type | None = None,
     ) -> None:
         self._control = control
+        self._input_type = input_type
         self._lease = control.lease
         self._answers = answers
         self._counts: Counter[str] = Counter()
@@ -167,7 +211,9 @@ class Context:
 
     @property
     def input(self) -> Any:
-        return self._lease.input
+        """The run's input: JSON, or an instance of the agent's input type (a Pydantic
+        model or a dataclass given as ``input_schema``)."""
+        return typed_value(self._input_type, self._lease.input, "input")
 
     # Results of a step ----------------------------------------------------------------
 
@@ -214,6 +260,10 @@ class Context:
     ) -> Any:
         """Ask a person; return the answer (valid against ``schema``).
 
+        ``schema`` is JSON Schema (or the compact form), or a Pydantic model or a dataclass:
+        then its JSON Schema is what the answer is checked against, and the answer comes
+        back as an instance of it.
+
         The first time, this saves an ``input_required`` hold point on the checkpoint the
         step started from and ends the attempt. When the person answers, a new attempt
         runs this step again from that checkpoint, and the same ``ask`` (same key)
@@ -222,13 +272,46 @@ class Context:
         self.check()
         step_id = self._key("ask", key)
         answer = self._answers.get(step_id)
+        answer_type = schema if is_typed(schema) else None
         if answer is not None and answer.kind == "input_required":
-            return answer.value
+            return typed_value(answer_type, answer.value, f"answer to {step_id}")
         self._hold(
             kind="input_required",
             step_id=step_id,
             prompt=prompt,
-            accepted_schema=schema,
+            accepted_schema=schema_of(schema) if answer_type is not None else schema,
+            expires_in=expires_in,
+            context=context,
+            reason=reason,
+        )
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def choose(
+        self,
+        prompt: str,
+        options: list[str] | dict[str, str],
+        expires_in: float | None = None,
+        *,
+        context: dict[str, Any] | None = None,
+        reason: str = "",
+        key: str | None = None,
+    ) -> str:
+        """Ask a person to pick one of ``options``; return the value picked.
+
+        ``options`` is a list of values, or a dict of value to the label people read. The
+        dashboard shows up to three as one button each, more as radio buttons. A hold point
+        like ``ask`` (key ``<step>.choose``), answered ``{"choice": value}``.
+        """
+        self.check()
+        step_id = self._key("choose", key)
+        answer = self._answers.get(step_id)
+        if answer is not None and answer.kind == "input_required":
+            return str((answer.value or {}).get("choice", ""))
+        self._hold(
+            kind="input_required",
+            step_id=step_id,
+            prompt=prompt,
+            accepted_schema=choice_schema(options),
             expires_in=expires_in,
             context=context,
             reason=reason,

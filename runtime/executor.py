@@ -161,6 +161,7 @@ class _Attempt:
                 resumed=resumed,
                 cost_before=cost_before,
                 cost_budget=agent.retry.cost_budget,
+                input_type=getattr(agent, "input_type", None),
             )
             try:
                 result = agent.steps[step](ctx, to_json(state, "state"))

@@ -47,6 +47,7 @@ reversibility and request schema: no test sends a real e-mail or webhook by acci
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -67,7 +68,15 @@ from ledger.tools import (
 )
 from runs.errors import HoldpointError
 from runs.schemas import compile_schema, validation_errors
-from runtime.context import change_is_empty, fingerprint, hold_point_key, to_json
+from runtime.context import (
+    change_is_empty,
+    choice_schema,
+    fingerprint,
+    hold_point_key,
+    to_json,
+    typed_value,
+)
+from runtime.typed import is_typed, schema_of
 from runtime.types import (
     Approval,
     ApprovalDenied,
@@ -309,6 +318,16 @@ def _approval_value(given: Any) -> dict[str, Any]:
     )
 
 
+def _as_json(value: Any) -> Any:
+    """An answer given as a typed value (a model, a dataclass) as the JSON a person sends."""
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return to_json(dataclasses.asdict(value), "answer")
+    return value
+
+
 class FakeContext:
     """The ``ctx`` a step gets from ``run_agent``: the same calls as ``runtime.context.Context``.
 
@@ -331,9 +350,11 @@ class FakeContext:
         run: _Run | None = None,
         checkpoint: int = 0,
         resumed: bool = False,
+        input_type: type | None = None,
     ) -> None:
         self._run = run
         self._input = input
+        self._input_type = input_type
         given = answers or {}
         self._answers: dict[str, _AnswerGiven] = {
             key: value
@@ -373,6 +394,8 @@ class FakeContext:
 
     @property
     def input(self) -> Any:
+        if self._input_type is not None and not isinstance(self._input, self._input_type):
+            return typed_value(self._input_type, self._input, "input")
         return self._input
 
     # Results and safe points ----------------------------------------------------------
@@ -421,16 +444,50 @@ class FakeContext:
         key: str | None = None,
     ) -> Any:
         step_id = self._key("ask", key)
+        answer_type = schema if is_typed(schema) else None
         answer = self._answers.get(step_id)
         if answer is not None and answer.kind != "auth_required":
-            return answer.value
+            if answer_type is not None and isinstance(answer.value, answer_type):
+                return answer.value
+            return typed_value(answer_type, answer.value, f"answer to {step_id}")
         self._hold(
             Question(
                 key=step_id,
                 kind="input_required",
                 step=self.step,
                 prompt=prompt,
-                schema=compile_schema(schema),
+                schema=compile_schema(schema_of(schema) if answer_type is not None else schema),
+                expires_in=expires_in,
+                context=context or {},
+            )
+        )
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def choose(
+        self,
+        prompt: str,
+        options: list[str] | dict[str, str],
+        expires_in: float | None = None,
+        *,
+        context: dict[str, Any] | None = None,
+        reason: str = "",
+        key: str | None = None,
+    ) -> str:
+        """Pick one of ``options``. In ``answers``, give the value picked (or
+        ``{"choice": value}``)."""
+        schema = choice_schema(options)
+        step_id = self._key("choose", key)
+        answer = self._answers.get(step_id)
+        if answer is not None and answer.kind != "auth_required":
+            value = answer.value
+            return str(value.get("choice", "") if isinstance(value, dict) else value)
+        self._hold(
+            Question(
+                key=step_id,
+                kind="input_required",
+                step=self.step,
+                prompt=prompt,
+                schema=schema,
                 expires_in=expires_in,
                 context=context or {},
             )
@@ -864,6 +921,7 @@ class _Run:
                 run=self,
                 checkpoint=index,
                 resumed=resumed,
+                input_type=getattr(self.agent, "input_type", None),
             )
             self.logs.append(
                 {
@@ -937,6 +995,9 @@ class _Run:
         if question.kind == "auth_required":
             value = _approval_value(value)
         else:
+            if question.key.split(".", 1)[-1].startswith("choose") and not isinstance(value, dict):
+                value = {"choice": value}
+            value = _as_json(value)
             errors = validation_errors(question.schema or {}, value)
             if errors:
                 raise HarnessError(
@@ -1007,6 +1068,7 @@ def run_agent(
     """
     from runs.schemas import validate_value
 
+    input = _as_json(input)
     if agent.input_schema:
         validate_value(compile_schema(agent.input_schema), input, what="input")
     points = [crash_after] if isinstance(crash_after, str) else list(crash_after)

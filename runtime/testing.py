@@ -47,7 +47,6 @@ reversibility and request schema: no test sends a real e-mail or webhook by acci
 from __future__ import annotations
 
 import copy
-import dataclasses
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -76,7 +75,7 @@ from runtime.context import (
     to_json,
     typed_value,
 )
-from runtime.typed import is_typed, schema_of
+from runtime.typed import dump, is_typed, schema_of
 from runtime.types import (
     Approval,
     ApprovalDenied,
@@ -319,13 +318,9 @@ def _approval_value(given: Any) -> dict[str, Any]:
 
 
 def _as_json(value: Any) -> Any:
-    """An answer given as a typed value (a model, a dataclass) as the JSON a person sends."""
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        return dump(mode="json")
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return to_json(dataclasses.asdict(value), "answer")
-    return value
+    """An answer or input given as a typed value (a model, a dataclass) as the JSON a
+    person sends."""
+    return to_json(dump(value), "answer")
 
 
 class FakeContext:

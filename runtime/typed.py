@@ -9,8 +9,9 @@ of the model or the dataclass, built from the validated JSON.
 A Pydantic model is recognised by its methods (``model_json_schema``, ``model_validate``),
 so the runtime does not import Pydantic: an agent that uses it brings it. A dataclass
 needs nothing; its fields may be ``str``, ``int``, ``float``, ``bool``, ``None``, lists,
-dicts with string keys, ``Literal[...]``, an ``Enum``, ``X | None`` and other dataclasses.
-A field with a default is optional.
+dicts with string keys, ``Literal[...]``, an ``Enum``, ``X | None`` and other dataclasses;
+``Annotated[str, {"format": "email"}]`` adds JSON Schema keywords (a ``description``,
+bounds, a format). A field with a default is optional.
 
 Nothing here imports Django or the run store.
 """
@@ -23,7 +24,7 @@ import types
 import typing
 from typing import Any
 
-__all__ = ["TypedValueError", "is_typed", "parse", "schema_of"]
+__all__ = ["TypedValueError", "dump", "is_typed", "parse", "schema_of"]
 
 
 class TypedValueError(ValueError):
@@ -56,7 +57,7 @@ def schema_of(tp: Any) -> dict[str, Any]:
 
 
 def _dataclass_schema(tp: type) -> dict[str, Any]:
-    hints = typing.get_type_hints(tp)
+    hints = typing.get_type_hints(tp, include_extras=True)
     properties: dict[str, Any] = {}
     required: list[str] = []
     for f in dataclasses.fields(tp):
@@ -87,6 +88,13 @@ _SIMPLE = {str: "string", int: "integer", float: "number", bool: "boolean"}
 def _type_schema(tp: Any, *, where: str) -> dict[str, Any]:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
+    if origin is typing.Annotated:
+        # Annotated[str, {"format": "date", "maxLength": 10}]: the dicts add to the schema.
+        schema = _type_schema(args[0], where=where)
+        for extra in args[1:]:
+            if isinstance(extra, dict):
+                schema.update(extra)
+        return schema
     if tp in _SIMPLE:
         return {"type": _SIMPLE[tp]}
     if tp is type(None) or tp is None:
@@ -139,10 +147,12 @@ def parse(tp: Any, value: Any) -> Any:
 def _build(tp: Any, value: Any, pointer: str) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
+    if origin is typing.Annotated:
+        return _build(args[0], value, pointer)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise _wrong(pointer, f"expected an object for {tp.__name__}")
-        hints = typing.get_type_hints(tp)
+        hints = typing.get_type_hints(tp, include_extras=True)
         kwargs = {
             f.name: _build(hints[f.name], value[f.name], f"{pointer}/{f.name}")
             for f in dataclasses.fields(tp)
@@ -182,3 +192,19 @@ def _build(tp: Any, value: Any, pointer: str) -> Any:
 
 def _wrong(pointer: str, message: str) -> TypedValueError:
     return TypedValueError(f"{pointer}: {message}", [{"pointer": pointer, "message": message}])
+
+
+def dump(value: Any) -> Any:
+    """A typed value as JSON (the inverse of ``parse``): what a person or a client sends."""
+    model_dump = getattr(value, "model_dump", None)
+    if callable(model_dump) and not isinstance(value, type):
+        return model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: dump(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, list | tuple | set | frozenset):
+        return [dump(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): dump(v) for k, v in value.items()}
+    return value

@@ -11,29 +11,31 @@ run it for real, add this module to ``HOLDPOINT_AGENT_MODULES``::
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 from runtime.sdk import Agent, Context, Deterministic, Done, Next, RetryPolicy
+
+
+@dataclass
+class Chase:
+    """Which invoice to chase, whose, and where the billing system listens."""
+
+    invoice: Annotated[str, {"minLength": 1, "maxLength": 40}]
+    customer: Annotated[str, {"minLength": 1, "maxLength": 40}]
+    billing_url: Annotated[str, {"format": "uri"}]
+
 
 agent = Agent(
     name="invoice-chaser",
     label="Chase {invoice}",
     description="Reminds a customer of an unpaid invoice in the tone a person picks.",
-    input_schema={
-        "type": "object",
-        "properties": {
-            "invoice": {"type": "string", "minLength": 1, "maxLength": 40},
-            "customer": {"type": "string", "minLength": 1, "maxLength": 40},
-            "billing_url": {"type": "string", "format": "uri"},
-        },
-        "required": ["invoice", "customer", "billing_url"],
-        "additionalProperties": False,
-    },
+    input_schema=Chase,  # ctx.input is a Chase
     retry=RetryPolicy(max_attempts=4, backoff_initial=30.0, non_retryable=("UnknownCustomer",)),
     tools=("webhook", "email"),
 )
 
-TONES = ["friendly", "firm", "final"]
+TONES = {"friendly": "Friendly", "firm": "Firm", "final": "Final notice"}
 
 # A stand-in for the CRM the agent would ask.
 CUSTOMERS: dict[str, dict[str, Any]] = {
@@ -53,9 +55,9 @@ def find_customer(customer_id: str) -> dict[str, Any] | None:
 
 @agent.step("look_up", start=True)
 def look_up(ctx: Context, state: dict[str, Any]) -> Next | Done:
-    customer = ctx.observe("customer", find_customer, ctx.input["customer"])
+    customer = ctx.observe("customer", find_customer, ctx.input.customer)
     if customer is None:
-        raise UnknownCustomer(f"no customer {ctx.input['customer']!r}")
+        raise UnknownCustomer(f"no customer {ctx.input.customer!r}")
     ctx.log(f"{customer['name']} is {customer['overdue_days']} days overdue")
     return ctx.next("pick_tone", {"customer": customer})
 
@@ -63,16 +65,12 @@ def look_up(ctx: Context, state: dict[str, Any]) -> Next | Done:
 @agent.step("pick_tone")
 def pick_tone(ctx: Context, state: dict[str, Any]) -> Next | Done:
     customer = state["customer"]
-    answer = ctx.ask(
+    tone = ctx.choose(
         f"Which tone for the reminder to {customer['name']} ({customer['overdue_days']} days)?",
-        {
-            "type": "object",
-            "properties": {"tone": {"enum": TONES, "title": "Tone"}},
-            "required": ["tone"],
-        },
+        TONES,
         expires_in=24 * 3600,
     )
-    return ctx.next("send", {**state, "tone": answer["tone"]})
+    return ctx.next("send", {**state, "tone": tone})
 
 
 @agent.step("send")
@@ -80,11 +78,11 @@ def send(ctx: Context, state: dict[str, Any]) -> Next | Done:
     customer, tone = state["customer"], state["tone"]
     if tone not in TONES:
         raise Deterministic(f"unknown tone {tone!r}")
-    invoice = ctx.input["invoice"]
+    invoice = ctx.input.invoice
     billing = ctx.side_effect(
         "webhook",
         "billing system",
-        {"url": ctx.input["billing_url"], "body": {"invoice": invoice, "reminder": tone}},
+        {"url": ctx.input.billing_url, "body": {"invoice": invoice, "reminder": tone}},
         key="billing",
     )
     notice = ctx.side_effect(

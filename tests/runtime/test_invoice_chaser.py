@@ -3,12 +3,21 @@ the harness, ``runtime.testing.run_agent``: no server, no database, the runtime'
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from ledger.tools import ActionFailed
+from runs import services
 from runs.errors import HoldpointError
+from runs.models import InputRequest
+from runtime import registry
+from runtime.executor import Outcome
 from runtime.testing import FakeTool, run_agent
+from tests.ledger.conftest import Receiver
+from tests.ledger.conftest import receiver as receiver  # the fixture
 from tests.runtime import invoice_chaser
+from tests.runtime.conftest import fresh, run_next
 
 INPUT = {"invoice": "INV-7", "customer": "acme", "billing_url": "https://billing.example/hooks"}
 
@@ -24,7 +33,9 @@ def test_it_asks_for_a_tone_and_waits() -> None:
     run = run_agent(invoice_chaser.agent, INPUT)
     assert run.status == "input_required"
     assert run.pending is not None and "Acme Ltd" in run.pending.prompt
-    assert run.pending.schema["properties"]["tone"]["enum"] == ["friendly", "firm", "final"]
+    assert run.pending.key == "pick_tone.choose"
+    options = run.pending.schema["properties"]["choice"]["oneOf"]
+    assert [o["const"] for o in options] == ["friendly", "firm", "final"]
     assert run.checkpoints == [
         ("look_up", {}),
         ("pick_tone", {"customer": invoice_chaser.CUSTOMERS["acme"]}),
@@ -39,7 +50,7 @@ def test_it_sends_the_webhook_and_the_email_once_each_after_their_approvals() ->
     run = run_agent(
         invoice_chaser.agent,
         INPUT,
-        answers=[{"tone": "firm"}],
+        answers=["firm"],
         approvals=["approve", "approve"],
         tools={"webhook": hook, "email": mail},
     )
@@ -51,7 +62,7 @@ def test_it_sends_the_webhook_and_the_email_once_each_after_their_approvals() ->
         "message_id": "email-1",
     }
     assert [q.kind for q in run.questions] == ["input_required", "auth_required", "auth_required"]
-    assert [q.key for q in run.questions] == ["pick_tone.ask", "send.billing", "send.notice"]
+    assert [q.key for q in run.questions] == ["pick_tone.choose", "send.billing", "send.notice"]
     assert [request for request, _ in hook.calls] == [
         {"url": INPUT["billing_url"], "body": {"invoice": "INV-7", "reminder": "firm"}}
     ]
@@ -68,7 +79,7 @@ def test_a_crash_between_the_webhooks_act_and_its_record_looks_it_up_and_never_s
     run = run_agent(
         invoice_chaser.agent,
         INPUT,
-        answers=[{"tone": "final"}],
+        answers=["final"],
         approvals=["approve", "approve"],
         tools={"webhook": hook},
         crash_after="send.billing",
@@ -95,7 +106,7 @@ def test_a_crash_between_the_emails_act_and_its_record_stops_the_run_unknown() -
     run = run_agent(
         invoice_chaser.agent,
         INPUT,
-        answers=[{"tone": "friendly"}],
+        answers=["friendly"],
         approvals=["approve", "approve"],
         crash_after="send.notice",
     )
@@ -107,7 +118,7 @@ def test_a_crash_between_the_emails_act_and_its_record_stops_the_run_unknown() -
 
 
 def test_a_crash_after_a_step_runs_the_step_again_from_its_checkpoint() -> None:
-    run = run_agent(invoice_chaser.agent, INPUT, answers=[{"tone": "firm"}], crash_after="look_up")
+    run = run_agent(invoice_chaser.agent, INPUT, answers=["firm"], crash_after="look_up")
     assert run.status == "auth_required"
     assert run.steps_run[:2] == ["look_up", "look_up"]
     assert [c[0] for c in run.checkpoints] == ["look_up", "pick_tone", "send"]
@@ -117,7 +128,7 @@ def test_a_denied_webhook_fails_the_run_denied_and_sends_nothing() -> None:
     run = run_agent(
         invoice_chaser.agent,
         INPUT,
-        answers=[{"tone": "firm"}],
+        answers=["firm"],
         approvals=[{"decision": "deny", "comment": "paid yesterday"}],
     )
     assert run.status == "failed" and run.failure_class == "denied"
@@ -132,7 +143,7 @@ def test_a_refused_webhook_is_retried_with_backoff_and_the_same_key() -> None:
     run = run_agent(
         invoice_chaser.agent,
         INPUT,
-        answers=[{"tone": "firm"}],
+        answers=["firm"],
         approvals=["approve", "approve"],
         tools={"webhook": hook},
     )
@@ -152,3 +163,34 @@ def test_bad_input_is_refused_as_run_start_would() -> None:
     with pytest.raises(HoldpointError) as refused:
         run_agent(invoice_chaser.agent, {"invoice": "INV-7"})
     assert refused.value.code == "invalid_input"
+
+
+# -- and for real: the run store, a worker, a webhook receiver, Django's mail outbox -------
+
+
+@pytest.mark.django_db
+def test_it_runs_for_real_on_a_worker(receiver: Receiver, mailoutbox: list[Any]) -> None:
+    registry.register(invoice_chaser.agent)
+    agent = invoice_chaser.agent
+    run = services.run_start(agent=agent.name, input={**INPUT, "billing_url": receiver.url()})
+
+    def answer(value: Any) -> InputRequest:
+        request = fresh(run).pending_request
+        services.run_resume(
+            run_id=run.id, request_id=request.id, checkpoint_id=request.checkpoint_id, value=value
+        )
+        return request
+
+    assert run_next(agent) == Outcome.INTERRUPTED
+    asked = answer({"choice": "final"})
+    assert asked.step_id == "pick_tone.choose"
+    assert run_next(agent) == Outcome.INTERRUPTED
+    assert answer({"decision": "approve"}).step_id == "send.billing"
+    assert run_next(agent) == Outcome.INTERRUPTED
+    assert answer({"decision": "approve"}).step_id == "send.notice"
+    assert run_next(agent) == Outcome.SUCCEEDED
+    result = fresh(run).result
+    assert result["tone"] == "final" and result["billing_reference"] == "dlv_1"
+    assert sum(receiver.performed.values()) == 1
+    assert len(mailoutbox) == 1 and mailoutbox[0].subject == "Invoice INV-7: final notice"
+    assert result["message_id"] == mailoutbox[0].extra_headers["Message-ID"]

@@ -21,6 +21,7 @@ import functools
 import hashlib
 import json
 import logging
+import time
 from collections import Counter
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -28,7 +29,7 @@ from typing import Any
 from runs import services
 from runs.errors import HoldpointError
 from runs.schemas import canonical_json
-from runtime.control import AttemptControl, HoldPointReached, SideEffectUnknown
+from runtime.control import AttemptControl, HoldPointReached, SideEffectUnknown, StepTimeout
 from runtime.selectors import Answer
 from runtime.typed import TypedValueError, is_typed, parse, schema_of
 from runtime.types import (
@@ -175,9 +176,12 @@ class Context:
         cost_before: Decimal,
         cost_budget: float | None,
         input_type: type | None = None,
+        timeout: float | None = None,
     ) -> None:
         self._control = control
         self._input_type = input_type
+        self._timeout = timeout
+        self._deadline = time.monotonic() + timeout if timeout is not None else None
         self._lease = control.lease
         self._answers = answers
         self._counts: Counter[str] = Counter()
@@ -228,13 +232,23 @@ class Context:
     # Safe points ----------------------------------------------------------------------
 
     def check(self) -> None:
-        """Stop here if the run was cancelled or the lease was lost. Long loops call it."""
+        """Stop here if the run was cancelled, the lease was lost or the step ran past its
+        ``timeout``. Long loops call it."""
         self._control.check()
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            raise StepTimeout(
+                f"Step {self.step!r} ran past its timeout of {self._timeout:g} s and was "
+                "stopped at a safe point."
+            )
 
     def sleep(self, seconds: float) -> None:
-        """Wait, but wake at once (and unwind) when the run is cancelled or the lease lost."""
+        """Wait, but wake at once (and unwind) when the run is cancelled, the lease lost or
+        the step's timeout reached."""
         self.check()
-        self._control.wake.wait(max(0.0, seconds))
+        wait = max(0.0, seconds)
+        if self._deadline is not None:
+            wait = min(wait, max(0.0, self._deadline - time.monotonic()))
+        self._control.wake.wait(wait)
         self.check()
 
     # Keys -----------------------------------------------------------------------------

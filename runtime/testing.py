@@ -75,6 +75,8 @@ from runtime.context import (
     to_json,
     typed_value,
 )
+from runtime.control import StepTimeout
+from runtime.steps import run_step
 from runtime.typed import dump, is_typed, schema_of
 from runtime.types import (
     Approval,
@@ -346,8 +348,11 @@ class FakeContext:
         checkpoint: int = 0,
         resumed: bool = False,
         input_type: type | None = None,
+        timeout: float | None = None,
     ) -> None:
         self._run = run
+        self._timeout = timeout
+        self._started = run.clock.now if run is not None else 0.0
         self._input = input
         self._input_type = input_type
         given = answers or {}
@@ -402,11 +407,26 @@ class FakeContext:
         return Done(result=result)
 
     def check(self) -> None:
-        """A safe point. Nothing cancels a run in the harness."""
+        """A safe point. Nothing cancels a run in the harness; a step past its ``timeout``
+        (on the fake clock: ``ctx.sleep`` advances it) stops here."""
+        if (
+            self._timeout is not None
+            and self._run is not None
+            and self._run.clock.now - self._started >= self._timeout
+        ):
+            raise StepTimeout(
+                f"Step {self.step!r} ran past its timeout of {self._timeout:g} s and was "
+                "stopped at a safe point."
+            )
 
     def sleep(self, seconds: float) -> None:
+        self.check()
         if self._run is not None:
-            self._run.clock.sleep(seconds)
+            wait = max(0.0, seconds)
+            if self._timeout is not None:
+                wait = min(wait, self._started + self._timeout - self._run.clock.now)
+            self._run.clock.sleep(wait)
+        self.check()
 
     # Hold points ----------------------------------------------------------------------
 
@@ -438,6 +458,7 @@ class FakeContext:
         reason: str = "",
         key: str | None = None,
     ) -> Any:
+        self.check()
         step_id = self._key("ask", key)
         answer_type = schema if is_typed(schema) else None
         answer = self._answers.get(step_id)
@@ -470,6 +491,7 @@ class FakeContext:
     ) -> str:
         """Pick one of ``options``. In ``answers``, give the value picked (or
         ``{"choice": value}``)."""
+        self.check()
         schema = choice_schema(options)
         step_id = self._key("choose", key)
         answer = self._answers.get(step_id)
@@ -505,6 +527,7 @@ class FakeContext:
     ) -> Approval:
         from ledger.services import action_hash
 
+        self.check()
         step_id = self._key("approve", key)
         change = to_json(detail, "approval detail")
         wanted = action_hash(tool=tool or action, target=target, request=change)
@@ -564,6 +587,7 @@ class FakeContext:
     ) -> Confirmed:
         if self._run is None:
             raise HarnessError("ctx.side_effect needs run_agent (or a FakeContext from it).")
+        self.check()
         step_id = self._key(tool, key)
         return self._run.side_effect(
             self,
@@ -581,6 +605,7 @@ class FakeContext:
     # Observations, cost, log ----------------------------------------------------------
 
     def observe(self, name: str, read: Any, *args: Any, **kwargs: Any) -> Any:
+        self.check()
         value = read(*args, **kwargs)
         as_json = to_json(value, f"observed value {name!r}")
         summary: dict[str, Any] = {"fingerprint": fingerprint(as_json), "value": as_json}
@@ -605,6 +630,7 @@ class FakeContext:
         return name in self._changed
 
     def cost(self, amount: float | Decimal | str) -> Decimal:
+        self.check()
         try:
             value = Decimal(str(amount))
         except InvalidOperation:
@@ -836,7 +862,7 @@ class _Run:
             raise HarnessError(f"Agent {self.agent.name!r} has no steps.")
         self.checkpoints.append((self.agent.start, {}))
         reason = "initial"
-        failures: list[str] = []  # fingerprints of the failures in a row
+        failures: list[tuple[str, str]] = []  # (step, fingerprint) of the failures in a row
         lease_losses = 0
         max_losses = policy.max_lease_losses or settings.HOLDPOINT_MAX_LEASE_LOSSES
         while len(self.attempts) < max_attempts:
@@ -860,18 +886,28 @@ class _Run:
                 reason = "resume"
                 continue
             error = attempt.error or {}
+            # A step's own policy (@agent.step(retry=…)) judges its failures.
+            policy = self.agent.spec.policy_for(error["step"])
             failure_class = classify(error.get("class"), error["type"], policy)
             error["class"] = failure_class
             if failure_class != "transient":
                 return self._failed(failure_class, error["type"], error["message"])
             failures.append(
-                error_fingerprint(
-                    error_type=error["type"], message=error["message"], step=error["step"]
+                (
+                    error["step"],
+                    error_fingerprint(
+                        error_type=error["type"], message=error["message"], step=error["step"]
+                    ),
                 )
             )
+            if error["step"] in self.agent.spec.step_retry:
+                # A step with its own policy counts its own failures only.
+                counted = [f for f in failures if f[0] == error["step"]]
+            else:
+                counted = failures
             same = 0
-            for print_ in reversed(failures):
-                if print_ != failures[-1]:
+            for _, print_ in reversed(counted):
+                if print_ != counted[-1][1]:
                     break
                 same += 1
             if same >= policy.repeated_error_threshold:
@@ -880,16 +916,16 @@ class _Run:
                     error["type"],
                     f"The same error {same} times in a row: {error['type']}: {error['message']}",
                 )
-            if len(failures) >= policy.max_attempts:
+            if len(counted) >= policy.max_attempts:
                 return self._failed(
                     "transient",
                     error["type"],
-                    f"Retry budget spent ({len(failures)} of {policy.max_attempts} attempts "
+                    f"Retry budget spent ({len(counted)} of {policy.max_attempts} attempts "
                     f"failed): {error['message']}",
                 )
             if policy.cost_budget is not None and self.cost >= Decimal(str(policy.cost_budget)):
                 return self._failed("transient", error["type"], "Cost budget spent.")
-            self.clock.back_off(policy.backoff_seconds(len(failures), self.rng))
+            self.clock.back_off(policy.backoff_seconds(len(counted), self.rng))
             reason = "auto_retry"
         raise HarnessError(f"The run did not end in {max_attempts} attempts.")
 
@@ -909,6 +945,7 @@ class _Run:
                     "step": step,
                 }
                 return None
+            options = getattr(self.agent, "step_options", {}).get(step)
             ctx = FakeContext(
                 input=copy.deepcopy(self.input),
                 step=step,
@@ -917,6 +954,7 @@ class _Run:
                 checkpoint=index,
                 resumed=resumed,
                 input_type=getattr(self.agent, "input_type", None),
+                timeout=options.timeout if options is not None else None,
             )
             self.logs.append(
                 {
@@ -928,7 +966,7 @@ class _Run:
                 }
             )
             try:
-                result = self.agent.steps[step](ctx, to_json(state, "state"))
+                result = run_step(self.agent.steps[step], ctx, to_json(state, "state"))
             except _HoldPoint as hold:
                 return self._hold(attempt, hold.question, index)
             except Crash:
@@ -937,6 +975,9 @@ class _Run:
             except _Unknown as exc:
                 attempt.status = "failed"
                 return self._failed("side_effect_unknown", "SideEffectUnknown", str(exc))
+            except StepTimeout as exc:
+                self._fail(attempt, "transient", exc, exc.message)
+                return None
             except StepError as exc:
                 self._fail(attempt, exc.failure_class, exc)
                 return None

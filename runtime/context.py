@@ -139,6 +139,29 @@ def choice_schema(options: Any) -> dict[str, Any]:
     }
 
 
+APPROVAL_OPTIONS = ("prompt", "expires_in", "context")
+
+
+def approval_options(approval: Any) -> dict[str, Any]:
+    """Check ``ctx.side_effect(…, approval=…)``: the question an irreversible call asks."""
+    if approval is None:
+        return {}
+    if not isinstance(approval, dict):
+        raise TypeError('approval is a dict: {"prompt", "expires_in", "context"}.')
+    unknown = set(approval) - set(APPROVAL_OPTIONS)
+    if unknown:
+        raise TypeError(
+            f"approval takes {', '.join(APPROVAL_OPTIONS)}; not {', '.join(sorted(unknown))}."
+        )
+    prompt = approval.get("prompt")
+    if prompt is not None and (not isinstance(prompt, str) or not prompt.strip()):
+        raise TypeError("approval prompt is a non-empty string.")
+    context = approval.get("context")
+    if context is not None and not isinstance(context, dict):
+        raise TypeError("approval context is a dict.")
+    return dict(approval)
+
+
 def typed_value(tp: type | None, value: Any, what: str) -> Any:
     """``value`` as an instance of ``tp`` (a Pydantic model or a dataclass), or as it is.
 
@@ -446,8 +469,13 @@ class Context:
         compensate: dict[str, Any] | None = None,
         reversibility: str | None = None,
         key: str | None = None,
+        approval: dict[str, Any] | None = None,
     ) -> Confirmed:
         """Act on the world through the ledger; return the confirmed outcome.
+
+        ``approval`` shapes the question an irreversible call asks first: ``{"prompt":
+        …, "expires_in": seconds, "context": {…}}`` (each optional; see
+        ``approval_options``).
 
         The intent is written to the ledger (and committed) before the tool acts, with an
         idempotency key the tool passes on. When the step runs again (resume, retry, a
@@ -465,6 +493,7 @@ class Context:
         from ledger.tools import ActionFailed, OutcomeUnknown, get_tool
 
         self.check()
+        asked = approval_options(approval)
         step_id = self._key(tool, key)
         the_tool = get_tool(tool)
         if (
@@ -490,7 +519,7 @@ class Context:
                     exc.detail, operation_id=str(exc.extra.get("operation_id", ""))
                 ) from exc
             if exc.code == "approval_required":
-                self._approval_for_irreversible(step_id, tool, target, request, exc)
+                self._approval_for_irreversible(step_id, tool, target, request, exc, asked)
             raise
         if begin.decision == "reuse":
             return Confirmed(
@@ -569,7 +598,13 @@ class Context:
         )
 
     def _approval_for_irreversible(
-        self, step_id: str, tool: str, target: str, request: Any, exc: HoldpointError
+        self,
+        step_id: str,
+        tool: str,
+        target: str,
+        request: Any,
+        exc: HoldpointError,
+        asked: dict[str, Any] | None = None,
     ) -> None:
         """The ledger wants an approval for this irreversible call: use the answer to this
         step's question if it was about this very call, else ask (the same hold point as
@@ -595,13 +630,14 @@ class Context:
                     approval=approval,
                 )
             raise exc  # Approved, yet the ledger refuses: let the attempt fail and say so.
+        asked = asked or {}
         self._hold(
             kind="auth_required",
             step_id=step_id,
-            prompt=f"Approve {tool} on {target}? It cannot be undone.",
+            prompt=asked.get("prompt") or f"Approve {tool} on {target}? It cannot be undone.",
             accepted_schema=None,
-            expires_in=None,
-            context=None,
+            expires_in=asked.get("expires_in"),
+            context=asked.get("context"),
             reason=exc.detail,
             action={
                 "tool": tool,

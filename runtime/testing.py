@@ -68,6 +68,7 @@ from ledger.tools import (
 from runs.errors import HoldpointError
 from runs.schemas import compile_schema, validation_errors
 from runtime.context import (
+    approval_options,
     change_is_empty,
     choice_schema,
     fingerprint,
@@ -584,6 +585,7 @@ class FakeContext:
         compensate: dict[str, Any] | None = None,
         reversibility: str | None = None,
         key: str | None = None,
+        approval: dict[str, Any] | None = None,
     ) -> Confirmed:
         if self._run is None:
             raise HarnessError("ctx.side_effect needs run_agent (or a FakeContext from it).")
@@ -597,6 +599,7 @@ class FakeContext:
             request=to_json(request, "side-effect request"),
             compensate=to_json(compensate, "compensating action"),
             reversibility=reversibility,
+            approval=approval_options(approval),
         )
 
     def _answer_for(self, step_id: str) -> _AnswerGiven | None:
@@ -706,6 +709,7 @@ class _Run:
         request: Any,
         compensate: Any,
         reversibility: str | None,
+        approval: dict[str, Any],
     ) -> Confirmed:
         from ledger.services import action_hash, decision_for, idempotency_key_for
 
@@ -741,7 +745,7 @@ class _Run:
         if effective == "irreversible" and (
             decision == "act" or (effect is not None and effect.action_hash != wanted)
         ):
-            self._approved(ctx, step_id, tool, target, request, wanted)
+            self._approved(ctx, step_id, tool, target, request, wanted, approval)
         if effect is None:
             effect = SideEffectRecord(
                 key=step_id,
@@ -789,7 +793,14 @@ class _Run:
         return self._settled(effect, decision)
 
     def _approved(
-        self, ctx: FakeContext, step_id: str, tool: str, target: str, request: Any, wanted: str
+        self,
+        ctx: FakeContext,
+        step_id: str,
+        tool: str,
+        target: str,
+        request: Any,
+        wanted: str,
+        asked: dict[str, Any],
     ) -> None:
         if step_id in self.preapproved:
             return
@@ -811,7 +822,9 @@ class _Run:
                 key=step_id,
                 kind="auth_required",
                 step=ctx.step,
-                prompt=f"Approve {tool} on {target}? It cannot be undone.",
+                prompt=asked.get("prompt") or f"Approve {tool} on {target}? It cannot be undone.",
+                expires_in=asked.get("expires_in"),
+                context=asked.get("context") or {},
                 action={
                     "tool": tool,
                     "action": tool,

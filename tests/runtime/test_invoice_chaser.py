@@ -1,5 +1,6 @@
-"""The invoice chaser (``invoice_chaser.py``, written from docs/agents.md alone) tested with
-the harness, ``runtime.testing.run_agent``: no server, no database, the runtime's rules."""
+"""The invoice chaser (``runtime/demo_agents/invoice_chaser.py``, written from
+docs/agents.md alone) tested with the harness, ``runtime.testing.run_agent``: no server, no
+database, the runtime's rules; then once for real on a worker."""
 
 from __future__ import annotations
 
@@ -12,21 +13,14 @@ from runs import services
 from runs.errors import HoldpointError
 from runs.models import InputRequest
 from runtime import registry
+from runtime.demo_agents import invoice_chaser
 from runtime.executor import Outcome
 from runtime.testing import FakeTool, run_agent
 from tests.ledger.conftest import Receiver
 from tests.ledger.conftest import receiver as receiver  # the fixture
-from tests.runtime import invoice_chaser
 from tests.runtime.conftest import fresh, run_next
 
 INPUT = {"invoice": "INV-7", "customer": "acme", "billing_url": "https://billing.example/hooks"}
-
-
-@pytest.fixture(autouse=True)
-def _not_in_the_registry():
-    # Importing the module registered the agent; the harness does not need it there.
-    yield
-    invoice_chaser.agent.unregister()
 
 
 def test_it_asks_for_a_tone_and_waits() -> None:
@@ -170,7 +164,7 @@ def test_bad_input_is_refused_as_run_start_would() -> None:
 
 @pytest.mark.django_db
 def test_it_runs_for_real_on_a_worker(receiver: Receiver, mailoutbox: list[Any]) -> None:
-    registry.register(invoice_chaser.agent)
+    assert registry.get_agent("invoice-chaser") is invoice_chaser.agent  # a demo agent
     agent = invoice_chaser.agent
     run = services.run_start(agent=agent.name, input={**INPUT, "billing_url": receiver.url()})
 
@@ -194,3 +188,33 @@ def test_it_runs_for_real_on_a_worker(receiver: Receiver, mailoutbox: list[Any])
     assert sum(receiver.performed.values()) == 1
     assert len(mailoutbox) == 1 and mailoutbox[0].subject == "Invoice INV-7: final notice"
     assert result["message_id"] == mailoutbox[0].extra_headers["Message-ID"]
+
+
+@pytest.mark.django_db
+def test_its_typed_input_is_a_form_on_the_dashboard(client: Any, operator: Any) -> None:
+    client.force_login(operator)
+    html = client.get("/runs/new?agent=invoice-chaser").content.decode()
+    for field in ("invoice", "customer", "billing_url"):
+        assert f'name="answer/{field}"' in html
+    refused = client.post(
+        "/runs/new",
+        {
+            "agent": "invoice-chaser",
+            "idempotency_key": "chase-1",
+            "answer/invoice": "INV-7",
+            "answer/customer": "acme",
+            "answer/billing_url": "not a url",
+        },
+    )
+    assert refused.status_code == 422
+    started = client.post(
+        "/runs/new",
+        {
+            "agent": "invoice-chaser",
+            "idempotency_key": "chase-2",
+            "answer/invoice": "INV-7",
+            "answer/customer": "acme",
+            "answer/billing_url": "https://billing.example/hooks",
+        },
+    )
+    assert started.status_code == 303

@@ -1,12 +1,13 @@
 """Invoice chaser: an agent written from docs/agents.md alone (issue 19).
 
-It looks a customer up, asks a person which tone the reminder takes (one of three),
-tells the billing system through a webhook and e-mails the customer, both through the
-ledger. Its tests (``test_invoice_chaser.py``) use the harness, ``runtime.testing``; to
-run it for real, add this module to ``HOLDPOINT_AGENT_MODULES``::
+It looks a customer up, asks a person which tone the reminder takes (``ctx.choose``: one
+of three, three buttons on the card), tells the billing system through a webhook and
+e-mails the customer, both through the ledger (both irreversible: each is approved
+first). Its input is a dataclass (``Chase``). Its tests
+(``tests/runtime/test_invoice_chaser.py``) use the harness, ``runtime.testing``.
 
-    HOLDPOINT_AGENT_MODULES=runtime.demo_agents,tests.runtime.invoice_chaser \\
-        python manage.py runagents --reload
+Start it with ``{"invoice": "INV-7", "customer": "acme", "billing_url":
+"http://127.0.0.1:8765/hooks/billing"}`` (the demo receiver of ``make run``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,14 @@ class Chase:
 
     invoice: Annotated[str, {"minLength": 1, "maxLength": 40}]
     customer: Annotated[str, {"minLength": 1, "maxLength": 40}]
-    billing_url: Annotated[str, {"format": "uri"}]
+    billing_url: Annotated[
+        str,
+        {
+            "format": "uri",
+            "pattern": r"https?://\S+",
+            "description": "The billing system's webhook (an http or https URL)",
+        },
+    ]
 
 
 agent = Agent(

@@ -8,13 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rest_framework.test import APIClient
 
 from ledger import services as ledger
 from ledger.models import SideEffect
 from ledger.tools import get_tool, registered_tools, request_errors
 from runs.errors import HoldpointError
+from tests.api.conftest import post
 from tests.ledger.conftest import Receiver
 from tests.ledger.helpers import begin, crash, hook
+from tests.ledger.test_api import begin_body, begin_url, http_claim
+from tests.ledger.test_api import wclient as wclient  # the fixture
 from tests.runs.factory import claim, start
 
 pytestmark = pytest.mark.django_db
@@ -131,3 +135,17 @@ def test_the_ledger_keeps_the_first_confirmed_reference(receiver: Receiver) -> N
     )
     assert later.external_reference == "dlv_1"
     assert SideEffect.objects.get(pk=first.operation_id).external_reference == "dlv_1"
+
+
+def test_the_worker_api_points_into_the_request_it_was_sent(
+    receiver: Receiver, wclient: APIClient
+) -> None:
+    start(approvals=["deploy"])
+    lease = http_claim(wclient)
+    body = begin_body(lease, receiver, request={"body": {}, "payload": 1})
+    refused = post(wclient, begin_url(lease), body, key=None)
+    assert refused.status_code == 422
+    problem = refused.json()
+    assert problem["code"] == "invalid_input"
+    assert [e["pointer"] for e in problem["errors"]] == ["/request", "/request/url"]
+    assert not SideEffect.objects.exists()

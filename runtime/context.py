@@ -203,6 +203,7 @@ class Context:
     ) -> None:
         self._control = control
         self._input_type = input_type
+        self._typed_input: Any = None
         self._timeout = timeout
         self._deadline = time.monotonic() + timeout if timeout is not None else None
         self._lease = control.lease
@@ -240,7 +241,12 @@ class Context:
     def input(self) -> Any:
         """The run's input: JSON, or an instance of the agent's input type (a Pydantic
         model or a dataclass given as ``input_schema``)."""
-        return typed_value(self._input_type, self._lease.input, "input")
+        if self._input_type is None:
+            return self._lease.input
+        if self._typed_input is None:
+            # Built once per step run: the step sees one instance, however often it reads it.
+            self._typed_input = typed_value(self._input_type, self._lease.input, "input")
+        return self._typed_input
 
     # Results of a step ----------------------------------------------------------------
 

@@ -396,7 +396,8 @@ class FakeContext:
     @property
     def input(self) -> Any:
         if self._input_type is not None and not isinstance(self._input, self._input_type):
-            return typed_value(self._input_type, self._input, "input")
+            # Built once per step run, as on a worker.
+            self._input = typed_value(self._input_type, self._input, "input")
         return self._input
 
     # Results and safe points ----------------------------------------------------------

@@ -12,8 +12,8 @@ import pytest
 
 from ledger.tools import register_tool, unregister_tool
 from runs import services
-from runtime.context import approval_options
 from runtime.executor import Outcome
+from runtime.questions import approval_options
 from runtime.sdk import ApprovalDenied
 from runtime.testing import FakeTool, run_agent
 from tests.runtime.conftest import fresh, run_next

@@ -226,7 +226,7 @@ def test_choose_is_rendered_as_buttons_and_one_click_answers_it(
 
 
 def test_choose_refuses_options_it_cannot_show() -> None:
-    from runtime.context import choice_schema
+    from runtime.questions import choice_schema
 
     with pytest.raises(ValueError, match="different options"):
         choice_schema(["a", "a"])

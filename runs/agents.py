@@ -83,6 +83,13 @@ class AgentSpec:
     source: str = "python"
     # A template over the run's input, e.g. "Migrate {service}" (see ``run_label``).
     label: str = ""
+    # Per-step retry policies (``@agent.step(retry=…)``): they replace the agent's policy
+    # for the failures of that step.
+    step_retry: dict[str, RetryPolicy] = field(default_factory=dict)
+
+    def policy_for(self, step: str) -> RetryPolicy:
+        """The retry policy that judges a failure of ``step``."""
+        return self.step_retry.get(step) or self.retry_policy
 
 
 _registry: dict[str, AgentSpec] = {}

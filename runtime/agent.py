@@ -7,10 +7,12 @@ small interface it needs, so the registry imports nothing of this module.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from runs.agents import AgentSpec, RetryPolicy
 from runtime import registry
+from runtime.typed import is_typed, schema_of
 from runtime.types import Done, Next
 
 if TYPE_CHECKING:
@@ -18,6 +20,16 @@ if TYPE_CHECKING:
 
 StepFunction = Callable[["Context", Any], "Next | Done"]
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """``@agent.step(timeout=…, retry=…)``: how long one run of the step may take (seconds;
+    past it the step is stopped at its next safe point and fails transient,
+    ``StepTimeout``), and the retry policy that replaces the agent's for its failures."""
+
+    timeout: float | None = None
+    retry: RetryPolicy | None = None
 
 
 class Agent:
@@ -31,23 +43,35 @@ class Agent:
         self,
         *,
         name: str,
-        input_schema: dict[str, Any] | None = None,
+        input_schema: dict[str, Any] | type | None = None,
         retry: RetryPolicy | None = None,
         description: str = "",
         tools: tuple[str, ...] | list[str] = (),
         label: str = "",
     ) -> None:
         """``label``: how a run of this agent is named where people read, a template over
-        its input (``"Migrate {service}"``); default the agent's name and a short run id."""
+        its input (``"Migrate {service}"``); default the agent's name and a short run id.
+
+        ``input_schema``: JSON Schema (or the compact form), or a Pydantic model or a
+        dataclass (``runtime/typed.py``): its JSON Schema is what runs are checked against,
+        and ``ctx.input`` is then an instance of it."""
         if not name or len(name) > 100:
             raise ValueError("An agent name must be 1 to 100 characters.")
         self.name = name
-        self.input_schema = dict(input_schema or {})
+        self.input_type: type | None = None
+        if isinstance(input_schema, type) and is_typed(input_schema):
+            self.input_type = input_schema
+            self.input_schema = schema_of(input_schema)
+        elif isinstance(input_schema, type):
+            raise TypeError("input_schema is JSON Schema, a Pydantic model or a dataclass.")
+        else:
+            self.input_schema = dict(input_schema or {})
         self.retry = retry or RetryPolicy()
         self.description = description
         self.tools = tuple(tools)
         self.label = label
         self.steps: dict[str, StepFunction] = {}
+        self.step_options: dict[str, StepOptions] = {}
         self.start: str | None = None
         registry.register(self)
 
@@ -61,35 +85,73 @@ class Agent:
             description=self.description,
             source="python",
             label=self.label,
+            step_retry={
+                name: options.retry
+                for name, options in self.step_options.items()
+                if options.retry is not None
+            },
         )
 
     @overload
-    def step(self, name: F, *, start: bool = False) -> F: ...
+    def step(
+        self,
+        name: F,
+        *,
+        start: bool = False,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> F: ...
 
     @overload
-    def step(self, name: str | None = None, *, start: bool = False) -> Callable[[F], F]: ...
+    def step(
+        self,
+        name: str | None = None,
+        *,
+        start: bool = False,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Callable[[F], F]: ...
 
-    def step(self, name: Any = None, *, start: bool = False) -> Any:
+    def step(
+        self,
+        name: Any = None,
+        *,
+        start: bool = False,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Any:
         """Register a step: ``@agent.step``, ``@agent.step("name")`` or with ``start=True``.
 
         The first step registered is where a run starts unless another says ``start=True``.
+        ``timeout`` (seconds): a run of the step past it is stopped at its next safe point
+        (any ``ctx`` call) and fails transient (``StepTimeout``). ``retry``: a
+        ``RetryPolicy`` that replaces the agent's for the failures of this step. A step may
+        be an ``async def``: it runs on an event loop, with the same ``ctx`` and rules.
         """
+        if timeout is not None and not timeout > 0:
+            raise ValueError("A step timeout is a number of seconds above 0.")
+        options = StepOptions(timeout=timeout, retry=retry)
         if callable(name):
-            return self._add(name.__name__, name, start=start)
+            return self._add(name.__name__, name, start=start, options=options)
 
         def decorate(func: F) -> F:
-            return self._add(name or func.__name__, func, start=start)
+            return self._add(name or func.__name__, func, start=start, options=options)
 
         return decorate
 
-    def _add(self, name: str, func: F, *, start: bool) -> F:
+    def _add(self, name: str, func: F, *, start: bool, options: StepOptions) -> F:
         if not name or len(name) > 100:
             raise ValueError("A step name must be 1 to 100 characters.")
         if name in self.steps and self.steps[name] is not func:
             raise ValueError(f"Agent {self.name!r} already has a step named {name!r}.")
         self.steps[name] = func
+        if options != StepOptions():
+            self.step_options[name] = options
         if start or self.start is None:
             self.start = name
+        if options.retry is not None:
+            # The run store judges failures by the spec: register it again with this step's.
+            registry.register(self)
         return func
 
     def unregister(self) -> None:

@@ -21,6 +21,7 @@ import functools
 import hashlib
 import json
 import logging
+import time
 from collections import Counter
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -28,8 +29,10 @@ from typing import Any
 from runs import services
 from runs.errors import HoldpointError
 from runs.schemas import canonical_json
-from runtime.control import AttemptControl, HoldPointReached, SideEffectUnknown
+from runtime.control import AttemptControl, HoldPointReached, SideEffectUnknown, StepTimeout
+from runtime.questions import approval_options, choice_schema, typed_value
 from runtime.selectors import Answer
+from runtime.typed import is_typed, schema_of
 from runtime.types import (
     Approval,
     ApprovalDenied,
@@ -132,8 +135,14 @@ class Context:
         resumed: bool,
         cost_before: Decimal,
         cost_budget: float | None,
+        input_type: type | None = None,
+        timeout: float | None = None,
     ) -> None:
         self._control = control
+        self._input_type = input_type
+        self._typed_input: Any = None
+        self._timeout = timeout
+        self._deadline = time.monotonic() + timeout if timeout is not None else None
         self._lease = control.lease
         self._answers = answers
         self._counts: Counter[str] = Counter()
@@ -167,7 +176,14 @@ class Context:
 
     @property
     def input(self) -> Any:
-        return self._lease.input
+        """The run's input: JSON, or an instance of the agent's input type (a Pydantic
+        model or a dataclass given as ``input_schema``)."""
+        if self._input_type is None:
+            return self._lease.input
+        if self._typed_input is None:
+            # Built once per step run: the step sees one instance, however often it reads it.
+            self._typed_input = typed_value(self._input_type, self._lease.input, "input")
+        return self._typed_input
 
     # Results of a step ----------------------------------------------------------------
 
@@ -182,13 +198,23 @@ class Context:
     # Safe points ----------------------------------------------------------------------
 
     def check(self) -> None:
-        """Stop here if the run was cancelled or the lease was lost. Long loops call it."""
+        """Stop here if the run was cancelled, the lease was lost or the step ran past its
+        ``timeout``. Long loops call it."""
         self._control.check()
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            raise StepTimeout(
+                f"Step {self.step!r} ran past its timeout of {self._timeout:g} s and was "
+                "stopped at a safe point."
+            )
 
     def sleep(self, seconds: float) -> None:
-        """Wait, but wake at once (and unwind) when the run is cancelled or the lease lost."""
+        """Wait, but wake at once (and unwind) when the run is cancelled, the lease lost or
+        the step's timeout reached."""
         self.check()
-        self._control.wake.wait(max(0.0, seconds))
+        wait = max(0.0, seconds)
+        if self._deadline is not None:
+            wait = min(wait, max(0.0, self._deadline - time.monotonic()))
+        self._control.wake.wait(wait)
         self.check()
 
     # Keys -----------------------------------------------------------------------------
@@ -214,6 +240,10 @@ class Context:
     ) -> Any:
         """Ask a person; return the answer (valid against ``schema``).
 
+        ``schema`` is JSON Schema (or the compact form), or a Pydantic model or a dataclass:
+        then its JSON Schema is what the answer is checked against, and the answer comes
+        back as an instance of it.
+
         The first time, this saves an ``input_required`` hold point on the checkpoint the
         step started from and ends the attempt. When the person answers, a new attempt
         runs this step again from that checkpoint, and the same ``ask`` (same key)
@@ -222,13 +252,46 @@ class Context:
         self.check()
         step_id = self._key("ask", key)
         answer = self._answers.get(step_id)
+        answer_type = schema if is_typed(schema) else None
         if answer is not None and answer.kind == "input_required":
-            return answer.value
+            return typed_value(answer_type, answer.value, f"answer to {step_id}")
         self._hold(
             kind="input_required",
             step_id=step_id,
             prompt=prompt,
-            accepted_schema=schema,
+            accepted_schema=schema_of(schema) if answer_type is not None else schema,
+            expires_in=expires_in,
+            context=context,
+            reason=reason,
+        )
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def choose(
+        self,
+        prompt: str,
+        options: list[str] | dict[str, str],
+        expires_in: float | None = None,
+        *,
+        context: dict[str, Any] | None = None,
+        reason: str = "",
+        key: str | None = None,
+    ) -> str:
+        """Ask a person to pick one of ``options``; return the value picked.
+
+        ``options`` is a list of values, or a dict of value to the label people read. The
+        dashboard shows up to three as one button each, more as radio buttons. A hold point
+        like ``ask`` (key ``<step>.choose``), answered ``{"choice": value}``.
+        """
+        self.check()
+        step_id = self._key("choose", key)
+        answer = self._answers.get(step_id)
+        if answer is not None and answer.kind == "input_required":
+            return str((answer.value or {}).get("choice", ""))
+        self._hold(
+            kind="input_required",
+            step_id=step_id,
+            prompt=prompt,
+            accepted_schema=choice_schema(options),
             expires_in=expires_in,
             context=context,
             reason=reason,
@@ -349,8 +412,13 @@ class Context:
         compensate: dict[str, Any] | None = None,
         reversibility: str | None = None,
         key: str | None = None,
+        approval: dict[str, Any] | None = None,
     ) -> Confirmed:
         """Act on the world through the ledger; return the confirmed outcome.
+
+        ``approval`` shapes the question an irreversible call asks first: ``{"prompt":
+        …, "expires_in": seconds, "context": {…}}`` (each optional; see
+        ``approval_options``).
 
         The intent is written to the ledger (and committed) before the tool acts, with an
         idempotency key the tool passes on. When the step runs again (resume, retry, a
@@ -368,6 +436,7 @@ class Context:
         from ledger.tools import ActionFailed, OutcomeUnknown, get_tool
 
         self.check()
+        asked = approval_options(approval)
         step_id = self._key(tool, key)
         the_tool = get_tool(tool)
         if (
@@ -393,7 +462,7 @@ class Context:
                     exc.detail, operation_id=str(exc.extra.get("operation_id", ""))
                 ) from exc
             if exc.code == "approval_required":
-                self._approval_for_irreversible(step_id, tool, target, request, exc)
+                self._approval_for_irreversible(step_id, tool, target, request, exc, asked)
             raise
         if begin.decision == "reuse":
             return Confirmed(
@@ -472,7 +541,13 @@ class Context:
         )
 
     def _approval_for_irreversible(
-        self, step_id: str, tool: str, target: str, request: Any, exc: HoldpointError
+        self,
+        step_id: str,
+        tool: str,
+        target: str,
+        request: Any,
+        exc: HoldpointError,
+        asked: dict[str, Any] | None = None,
     ) -> None:
         """The ledger wants an approval for this irreversible call: use the answer to this
         step's question if it was about this very call, else ask (the same hold point as
@@ -498,13 +573,14 @@ class Context:
                     approval=approval,
                 )
             raise exc  # Approved, yet the ledger refuses: let the attempt fail and say so.
+        asked = asked or {}
         self._hold(
             kind="auth_required",
             step_id=step_id,
-            prompt=f"Approve {tool} on {target}? It cannot be undone.",
+            prompt=asked.get("prompt") or f"Approve {tool} on {target}? It cannot be undone.",
             accepted_schema=None,
-            expires_in=None,
-            context=None,
+            expires_in=asked.get("expires_in"),
+            context=asked.get("context"),
             reason=exc.detail,
             action={
                 "tool": tool,

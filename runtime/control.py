@@ -45,6 +45,16 @@ class LeaseLost(Unwind):
     without writing anything more (outcomes of external actions excepted)."""
 
 
+class StepTimeout(Unwind):
+    """The step ran past its ``timeout`` (``@agent.step(timeout=…)``) and was stopped at a
+    safe point. The attempt fails ``transient`` with error type ``StepTimeout``; an
+    agent's ``except Exception`` cannot swallow it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 class SideEffectUnknown(Unwind):
     """Whether an external action happened is unknown. The attempt fails with class
     ``side_effect_unknown`` and automatic retries stop until it is reconciled; an agent

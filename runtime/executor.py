@@ -42,10 +42,12 @@ from runtime.control import (
     HoldPointReached,
     LeaseLost,
     SideEffectUnknown,
+    StepTimeout,
 )
 from runtime.heartbeat import Heartbeater
 from runtime.registry import Agent
 from runtime.selectors import answers_for, run_cost_before
+from runtime.steps import run_step
 from runtime.types import Done, Next, StepError
 
 logger = logging.getLogger("runtime")
@@ -153,6 +155,7 @@ class _Attempt:
             if step in lease.pause_before and not continued:
                 return self._breakpoint(step, checkpoint_id)
             continued = False
+            options = getattr(agent, "step_options", {}).get(step)
             ctx = Context(
                 control=control,
                 step=step,
@@ -161,11 +164,15 @@ class _Attempt:
                 resumed=resumed,
                 cost_before=cost_before,
                 cost_budget=agent.retry.cost_budget,
+                input_type=getattr(agent, "input_type", None),
+                timeout=options.timeout if options is not None else None,
             )
             try:
-                result = agent.steps[step](ctx, to_json(state, "state"))
+                result = run_step(agent.steps[step], ctx, to_json(state, "state"))
             except SideEffectUnknown as exc:
                 return self._fail("side_effect_unknown", "SideEffectUnknown", exc.message)
+            except StepTimeout as exc:
+                return self._fail("transient", "StepTimeout", exc.message)
             except StepError as exc:
                 return self._fail_from(exc, exc.failure_class)
             except HoldpointError as exc:

@@ -42,7 +42,7 @@ from ledger.services._common import (
     emit,
     idempotency_key_for,
 )
-from ledger.tools import ActionFailed, Tool, can_compensate, get_tool
+from ledger.tools import ActionFailed, Tool, can_compensate, get_tool, request_errors
 from runs.errors import HoldpointError
 from runs.models import Attempt, InputRequest, Run
 from runs.schemas import canonical_json
@@ -204,6 +204,20 @@ def approval_for(run: Run, *, step_id: str, tool: str, target: str, request: Any
     )
 
 
+def _check_schema(the_tool: Tool, request: Any) -> None:
+    """Refuse a request that does not fit the tool's ``request_schema`` (docs/tools.md),
+    with a pointer per failing field, before anything is written."""
+    errors = request_errors(the_tool, request)
+    if errors:
+        first = errors[0]
+        raise HoldpointError(
+            "invalid_input",
+            f"{the_tool.name}: the request does not match the tool's request schema "
+            f"(docs/tools.md): {first['pointer']}: {first['message']}",
+            errors=errors,
+        )
+
+
 def _validate(the_tool: Tool, method: str, value: Any, *, pointer: str | None) -> None:
     """Let the tool refuse what can never succeed, before anything is written: a refused
     destination is ``destination_not_allowed``, anything else ``invalid_input``."""
@@ -348,6 +362,7 @@ def side_effect_begin(
     if compensating_action is not None and not isinstance(compensating_action, dict):
         raise HoldpointError("invalid_input", "compensating_action must be a JSON object.")
     effective = effective_reversibility(the_tool, reversibility, compensating_action)
+    _check_schema(the_tool, request)
     _validate(the_tool, "validate", request, pointer="/")
     if compensating_action is not None:
         _validate(the_tool, "validate_compensating_action", compensating_action, pointer=None)

@@ -17,7 +17,10 @@ and optionally
 - ``can_look_up``: ``False`` when ``lookup`` can never tell (e-mail), so that the
   reconciler does not ask in vain;
 - ``plan_compensation(request) -> dict | None``: what would undo the action, shown to
-  the person who approves it and stored on the side effect.
+  the person who approves it and stored on the side effect;
+- ``request_schema``: the JSON Schema of ``request``. The ledger checks every request
+  against it before anything is written (``request_errors``), so a mistyped field is
+  refused with a pointer to it (docs/tools.md documents each shipped tool's schema).
 
 ``execute``, ``lookup`` and ``compensate`` raise ``OutcomeUnknown`` when they cannot
 tell whether the action happened (a timeout after the request was sent), and
@@ -117,6 +120,17 @@ def registered_tools() -> list[Tool]:
     return [_registry[name] for name in sorted(_registry)]
 
 
+def request_errors(tool: Tool, request: Any) -> list[dict[str, str]]:
+    """How ``request`` breaks the tool's ``request_schema``: ``[{pointer, message}]``,
+    empty when it fits or the tool declares no schema."""
+    from runs.schemas import validation_errors
+
+    schema = getattr(tool, "request_schema", None)
+    if not isinstance(schema, dict):
+        return []
+    return validation_errors(schema, request)
+
+
 def can_compensate(tool: Tool) -> bool:
     return callable(getattr(tool, "compensate", None))
 
@@ -149,5 +163,6 @@ __all__ = [
     "register_default_tools",
     "register_tool",
     "registered_tools",
+    "request_errors",
     "unregister_tool",
 ]

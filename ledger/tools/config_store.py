@@ -196,10 +196,28 @@ class ConfigStore:
         _fsync_dir(key_path.parent)
 
 
+# What ``ctx.side_effect("config_store", target, request)`` takes (docs/tools.md).
+REQUEST_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "document": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 900,
+            "description": "A name like staging/auth/config.",
+        },
+        "content": {"description": "Any JSON value: the document's new content."},
+    },
+    "required": ["document", "content"],
+    "additionalProperties": False,
+}
+
+
 class ConfigStoreTool:
     """Write a document version; compensation restores the version before it."""
 
     name = "config_store"
+    request_schema = REQUEST_SCHEMA
     reversibility = "reversible"
 
     def __init__(self, *, root: Path | str | None = None, name: str = "config_store") -> None:

@@ -60,8 +60,36 @@ def _addresses(value: Any, what: str, *, required: bool = False) -> list[str]:
     return [_no_line_breaks(address, what) for address in value]
 
 
+_ADDRESSES: dict[str, Any] = {
+    "oneOf": [
+        {"type": "string", "minLength": 3, "maxLength": 320},
+        {
+            "type": "array",
+            "items": {"type": "string", "minLength": 3, "maxLength": 320},
+            "maxItems": 100,
+        },
+    ]
+}
+
+# What ``ctx.side_effect("email", target, request)`` takes (docs/tools.md).
+REQUEST_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "to": {**_ADDRESSES, "description": "An address or a list of addresses."},
+        "cc": _ADDRESSES,
+        "bcc": _ADDRESSES,
+        "subject": {"type": "string", "minLength": 1, "maxLength": 998},
+        "body": {"type": "string", "maxLength": 1_000_000, "description": "Plain text."},
+        "from": {"type": "string", "minLength": 3, "maxLength": 320},
+    },
+    "required": ["to", "subject"],
+    "additionalProperties": False,
+}
+
+
 class EmailTool:
     name = "email"
+    request_schema = REQUEST_SCHEMA
     reversibility = "irreversible"
     can_look_up = False
 

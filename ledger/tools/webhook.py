@@ -39,6 +39,27 @@ from ledger.tools import ActionFailed, Outcome, OutcomeUnknown, ToolResult
 # reading. Everything else at 400 and above is a refusal: the action did not happen.
 AMBIGUOUS_STATUSES = frozenset({408, 409, 425, 500, 502, 504})
 
+# What ``ctx.side_effect("webhook", target, request)`` takes (docs/tools.md).
+REQUEST_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "url": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 2048,
+            "description": "The http(s) URL the POST goes to.",
+        },
+        "body": {"description": "Any JSON value, sent as application/json (default {})."},
+        "headers": {
+            "type": "object",
+            "maxProperties": 50,
+            "description": "Extra request headers; secret ones are stored redacted.",
+        },
+    },
+    "required": ["url"],
+    "additionalProperties": False,
+}
+
 
 @dataclass(frozen=True)
 class _Response:
@@ -71,6 +92,7 @@ class WebhookTool:
         self.name = name
         self.reversibility = reversibility
         self.reference_field = reference_field
+        self.request_schema = REQUEST_SCHEMA
         self._timeout = timeout
         self._lookup_url = lookup_url
 
@@ -168,9 +190,7 @@ class WebhookTool:
 
     def _result(self, response: _Response, idempotency_key: str) -> ToolResult:
         body = response.body
-        reference = ""
-        if isinstance(body, dict) and body.get(self.reference_field) not in (None, ""):
-            reference = str(body[self.reference_field])
+        reference = self._reference_in(body)
         reference = (
             reference
             or response.headers.get("location", "")
@@ -182,6 +202,20 @@ class WebhookTool:
         if response.truncated:
             result["body_truncated"] = True
         return ToolResult(external_reference=reference[:500], result=result)
+
+    def _reference_in(self, body: Any) -> str:
+        """The receiver's name for the delivery: ``reference_field`` of the answer, or of
+        the ``response`` it wraps (a look-up that answers with the delivery's record and
+        the answer the POST got), so that a look-up finds the reference the POST gave."""
+        if not isinstance(body, dict):
+            return ""
+        for candidate in (body, body.get("response")):
+            if isinstance(candidate, dict) and candidate.get(self.reference_field) not in (
+                None,
+                "",
+            ):
+                return str(candidate[self.reference_field])
+        return ""
 
     def _send(
         self,

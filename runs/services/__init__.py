@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from runs.services._base import UserLike, actor_for, lock_for_worker_write, lock_run, user_or_none
+from runs.services._base import (
+    UserLike,
+    actor_for,
+    error_fingerprint,
+    lock_for_worker_write,
+    lock_run,
+    user_or_none,
+)
 from runs.services.control import (
     register_retry_guard,
     retry_blockers,
@@ -51,6 +58,7 @@ __all__ = [
     "attempt_release",
     "backoffs_due",
     "checkpoint_save",
+    "error_fingerprint",
     "history_purge",
     "leases_expire",
     "lock_for_worker_write",

@@ -57,22 +57,27 @@ def classify(error_class: str | None, error_type: str, policy: RetryPolicy) -> s
     return FailureClass.TRANSIENT
 
 
-def _failures_in_a_row(run: Run, fingerprint: str) -> tuple[int, int]:
+def _failures_in_a_row(run: Run, fingerprint: str, step: str | None = None) -> tuple[int, int]:
     """Count (failures, same-fingerprint failures) back from the newest attempt.
 
     Crashes (``lost``) and releases (``aborted``) are skipped: they are not errors.
     Progress (an interrupted or succeeded attempt) ends the run of failures, and so
-    does a person's retry: it is where a new budget starts.
+    does a person's retry: it is where a new budget starts. With ``step`` (a step with its
+    own retry policy) only that step's failures are counted.
     """
     failures = same = 0
     same_open = True
-    for status, reason, print_ in run.attempts.order_by("-number").values_list(
-        "status", "reason", "error_fingerprint"
+    for status, reason, print_, failed_step in run.attempts.order_by("-number").values_list(
+        "status", "reason", "error_fingerprint", "error_step"
     ):
         if status in (AttemptStatus.LOST, AttemptStatus.ABORTED, AttemptStatus.QUEUED):
             continue
         if status != AttemptStatus.FAILED:
             break
+        if step is not None and failed_step != step:
+            if reason == AttemptReason.RETRY:
+                break
+            continue
         failures += 1
         if same_open and print_ == fingerprint:
             same += 1
@@ -107,7 +112,9 @@ def attempt_fail(
         worker_token_id=worker_token_id,
     )
     run, attempt, now = fenced.run, fenced.attempt, fenced.now
-    policy = agent_spec(run.agent).retry_policy
+    spec = agent_spec(run.agent)
+    policy = spec.policy_for(step)
+    own_policy = step if step in spec.step_retry else None
     failure_class = classify(error.get("class"), error_type, policy)
     fingerprint = error_fingerprint(error_type=error_type, message=message, step=step)
     attempt.status = AttemptStatus.FAILED
@@ -137,7 +144,7 @@ def attempt_fail(
     if failure_class != FailureClass.TRANSIENT:
         _stop(run, failure_class, f"{error_type}: {message}"[:1000], now=now, actor=worker)
     else:
-        failures, same = _failures_in_a_row(run, fingerprint)
+        failures, same = _failures_in_a_row(run, fingerprint, own_policy)
         if same >= policy.repeated_error_threshold:
             _stop(
                 run,

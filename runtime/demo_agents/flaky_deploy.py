@@ -20,26 +20,30 @@ agent simply raises what went wrong.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
 from runtime.sdk import Agent, Context, Done, Next, RetryPolicy
+
+
+@dataclass
+class Deploy:
+    """Which service to deploy, and how the demo should fail."""
+
+    service: Annotated[str, {"minLength": 1, "maxLength": 100}]
+    mode: Literal["transient", "deterministic", "repeated", "none"] = "transient"
+    failures: Annotated[int, {"minimum": 0, "maximum": 5}] = 2
+    pause: Annotated[float, {"minimum": 0, "maximum": 30}] = 0.0
+
 
 agent = Agent(
     name="flaky-deploy",
     label="Deploy {service}",
     description="Deploys a service and fails on purpose: transient errors with backoff, "
     "a deterministic rejection, or the same error until the repeated-error stop.",
-    input_schema={
-        "type": "object",
-        "properties": {
-            "service": {"type": "string", "minLength": 1, "maxLength": 100},
-            "mode": {"enum": ["transient", "deterministic", "repeated", "none"]},
-            "failures": {"type": "integer", "minimum": 0, "maximum": 5},
-            "pause": {"type": "number", "minimum": 0, "maximum": 30},
-        },
-        "required": ["service"],
-        "additionalProperties": False,
-    },
+    # A typed input (runtime/typed.py): the run store checks its JSON Schema, the steps
+    # get a Deploy.
+    input_schema=Deploy,
     retry=RetryPolicy(
         max_attempts=6,
         backoff_initial=1.0,
@@ -69,9 +73,9 @@ TRANSIENT_ERRORS: list[tuple[type[Exception], str]] = [
 
 @agent.step("build", start=True)
 def build(ctx: Context, state: dict[str, Any]) -> Next | Done:
-    service = ctx.input["service"]
+    service = ctx.input.service
     digest = hashlib.sha256(ctx.run_id.encode()).hexdigest()[:12]
-    ctx.sleep(float(ctx.input.get("pause", 0)))
+    ctx.sleep(ctx.input.pause)
     ctx.cost("0.02")
     ctx.log(f"built image {service}:{digest}", image=f"{service}:{digest}")
     # The next checkpoint names "rollout": a failed rollout is retried from here.
@@ -80,14 +84,13 @@ def build(ctx: Context, state: dict[str, Any]) -> Next | Done:
 
 @agent.step("rollout")
 def rollout(ctx: Context, state: dict[str, Any]) -> Next | Done:
-    mode = ctx.input.get("mode", "transient")
-    failures = int(ctx.input.get("failures", 2))
-    ctx.sleep(float(ctx.input.get("pause", 0)))
+    mode, failures = ctx.input.mode, ctx.input.failures
+    ctx.sleep(ctx.input.pause)
     ctx.cost("0.01")
     if mode == "deterministic":
         raise ImageRejected(f"registry rejected {state['image']}: the image is not signed")
     if mode == "repeated":
-        raise TimeoutError(f"health check of {ctx.input['service']} timed out")
+        raise TimeoutError(f"health check of {ctx.input.service} timed out")
     if mode == "transient" and ctx.attempt_number <= failures:
         error, message = TRANSIENT_ERRORS[(ctx.attempt_number - 1) % len(TRANSIENT_ERRORS)]
         raise error(message)
@@ -97,4 +100,4 @@ def rollout(ctx: Context, state: dict[str, Any]) -> Next | Done:
 
 @agent.step("verify")
 def verify(ctx: Context, state: dict[str, Any]) -> Next | Done:
-    return ctx.done({"service": ctx.input["service"], **state})
+    return ctx.done({"service": ctx.input.service, **state})

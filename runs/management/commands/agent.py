@@ -23,6 +23,7 @@ from django.core.validators import validate_slug
 
 from runs.agents import RetryPolicy, all_agent_specs, python_agent_specs
 from runs.errors import HoldpointError
+from runs.migrated import require_migrated
 from runs.models import DeclaredAgent
 from runs.schemas import compile_schema
 from runs.selectors import agent_overview
@@ -66,6 +67,7 @@ class Command(BaseCommand):
         unpause.add_argument("--reason", default="")
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
+        require_migrated()
         if action == "declare":
             self._declare(options)
         elif action == "remove":

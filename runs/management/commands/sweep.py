@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from runs.migrated import require_migrated
 from runs.services import sweep_all
 
 
@@ -18,6 +19,7 @@ class Command(BaseCommand):
         parser.add_argument("--interval", type=float, default=1.0, help="Seconds between sweeps.")
 
     def handle(self, *args: Any, once: bool, interval: float, **options: Any) -> None:
+        require_migrated()
         while True:
             report = sweep_all()
             if once or report.total:

@@ -8,6 +8,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.validators import validate_slug
 
+from runs.migrated import require_migrated
 from runs.models import WorkerToken
 from runs.tokens import worker_token_create, worker_token_revoke
 
@@ -26,6 +27,7 @@ class Command(BaseCommand):
         sub.add_parser("list", help="List tokens, active and revoked.")
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
+        require_migrated()
         if action == "create":
             name = options["name"]
             try:

@@ -13,11 +13,38 @@ from runs.events import EventType
 from runs.models import InputRequest, Run, RunEvent
 from runs.states import ANSWERABLE, TERMINAL
 
+DATA_SHOWN = 300
+
+
+def log_data(data: Any) -> str:
+    """The fields of ``ctx.log(message, **data)``: `` key=value`` each, JSON values."""
+    if not isinstance(data, dict) or not data:
+        return ""
+    text = " ".join(
+        f"{key}={json.dumps(value, ensure_ascii=False, default=str)}" for key, value in data.items()
+    )
+    return " " + (text if len(text) <= DATA_SHOWN else text[: DATA_SHOWN - 1] + "…")
+
+
+def user_named(username: str | None) -> Any:
+    """The user a command acts as (``--as NAME``), or None (the actor is ``cli``)."""
+    from django.contrib.auth import get_user_model
+    from django.core.management.base import CommandError
+
+    if not username:
+        return None
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        raise CommandError(f"There is no user {username!r}.")
+    return user
+
 
 def describe(event: RunEvent) -> str:
     p: dict[str, Any] = event.payload or {}
     details: dict[str, Callable[[], str]] = {
-        EventType.AGENT_LOG: lambda: f"[{p.get('level')}] {p.get('step')}: {p.get('message')}",
+        EventType.AGENT_LOG: lambda: (
+            f"[{p.get('level')}] {p.get('step')}: {p.get('message')}" + log_data(p.get("data"))
+        ),
         EventType.CHECKPOINT_SAVED: lambda: f"#{p.get('number')} next step {p.get('step')!r}",
         EventType.ATTEMPT_CLAIMED: lambda: (
             f"attempt #{p.get('number')} lease_epoch={p.get('lease_epoch')}"

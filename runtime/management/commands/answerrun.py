@@ -13,6 +13,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from runs.errors import HoldpointError
+from runs.migrated import require_migrated
 from runs.models import Run
 from runs.services import run_resume
 
@@ -26,6 +27,7 @@ class Command(BaseCommand):
         parser.add_argument("--as", dest="username", default=None, help="Answer as this user.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        require_migrated()
         run = Run.objects.select_related("pending_request").filter(pk=options["run_id"]).first()
         if run is None:
             raise CommandError(f"There is no run {options['run_id']!r}.")

@@ -10,6 +10,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from runs.migrated import require_migrated
+from runtime.devloop import hold_worker_lock, reload_forever
 from runtime.worker import WorkerPool
 
 
@@ -56,8 +58,21 @@ class Command(BaseCommand):
             help="How long a graceful stop waits for running steps (default: the lease).",
         )
         parser.add_argument("--name", default=None, help="Worker name prefix (default host:pid).")
+        parser.add_argument(
+            "--reload",
+            action="store_true",
+            help="Develop an agent: restart the workers when a Python file of the project or "
+            "of the agent modules changes (each restart releases the leases first).",
+        )
+        parser.add_argument(
+            "--reload-interval",
+            type=float,
+            default=1.0,
+            help="With --reload: seconds between looks at the files.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        require_migrated()
         concurrency: int = options["concurrency"]
         if concurrency < 1:
             raise CommandError("--concurrency must be at least 1.")
@@ -79,6 +94,11 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         if not pool.agents:
             raise CommandError("No agents are registered; list modules in HOLDPOINT_AGENT_MODULES.")
+        if options["reload"]:
+            reload_forever(options, self.stdout)
+            return
+        # On SQLite one process runs workers (runtime/devloop.py); held until we exit.
+        lock = hold_worker_lock(f"runagents {pool.name}")  # noqa: F841 - held while running
 
         stopping = threading.Event()
         force = threading.Event()

@@ -22,8 +22,10 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from runs.migrated import require_migrated
 from runtime.demo_receiver import DemoReceiver
 from runtime.demo_seed import DemoDriver, ensure_demo_accounts, seed_demo_runs
+from runtime.devloop import hold_worker_lock
 from runtime.worker import WorkerPool
 
 
@@ -33,7 +35,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)
-        parser.add_argument("--workers", type=int, default=4, help="Worker threads.")
+        parser.add_argument(
+            "--workers",
+            type=int,
+            default=4,
+            help="Worker threads; 0 for the dashboard only (run `runagents --reload` beside it).",
+        )
         parser.add_argument(
             "--receiver-port",
             type=int,
@@ -44,10 +51,14 @@ class Command(BaseCommand):
         parser.add_argument("--no-migrate", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["workers"] < 1:
-            raise CommandError("--workers must be at least 1.")
+        if options["workers"] < 0:
+            raise CommandError("--workers must be 0 (the dashboard only) or more.")
         if not options["no_migrate"]:
             call_command("migrate", interactive=False, verbosity=0)
+        else:
+            require_migrated()
+        # On SQLite one process runs workers (runtime/devloop.py); held until we exit.
+        lock = hold_worker_lock("manage.py serve") if options["workers"] else None  # noqa: F841
         demo = not options["no_demo"] and not settings.PRODUCTION
         if demo:
             # The demo runs post to the demo receiver on loopback, which the outbound
@@ -56,7 +67,9 @@ class Command(BaseCommand):
             settings.HOLDPOINT_OUTBOUND_ALLOW_LOCAL = True
         receiver = DemoReceiver("127.0.0.1", options["receiver_port"]).start()
         stop = threading.Event()
-        pool = WorkerPool(options["workers"], stop_event=stop).start()
+        pool = (
+            WorkerPool(options["workers"], stop_event=stop).start() if options["workers"] else None
+        )
         driver = None
         password = None
         if demo:
@@ -72,7 +85,8 @@ class Command(BaseCommand):
             self.stdout.write("holdpoint: stopping workers (each finishes its step)…")
             self.stdout.flush()
             stop.set()
-            pool.stop(timeout=30)
+            if pool is not None:
+                pool.stop(timeout=30)
             receiver.stop()
             self.stdout.write("holdpoint: stopped; leases released.")
         # Everything durable is committed and every lease released. Skip interpreter
@@ -101,7 +115,7 @@ class Command(BaseCommand):
         self,
         options: dict[str, Any],
         receiver: DemoReceiver,
-        pool: WorkerPool,
+        pool: WorkerPool | None,
         password: str | None,
         demo: bool,
     ) -> None:
@@ -111,8 +125,12 @@ class Command(BaseCommand):
         lines = [
             "",
             f"Holdpoint is running: http://{options['host']}:{options['port']}/",
-            f"  store: {store}; channel layer: {layer}; {pool.concurrency} workers "
-            f"for {', '.join(pool.agents)}",
+            f"  store: {store}; channel layer: {layer}; "
+            + (
+                f"{pool.concurrency} workers for {', '.join(pool.agents)}"
+                if pool is not None
+                else "no workers: run `python manage.py runagents --reload` beside it"
+            ),
             f"  demo webhook receiver: {receiver.url}",
         ]
         if settings.HOLDPOINT_OUTBOUND_ALLOW_LOCAL:

@@ -14,6 +14,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from runs.errors import HoldpointError
+from runs.migrated import require_migrated
 from runs.services import run_start
 from runtime.management.commands._cli import watch
 
@@ -53,6 +54,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        require_migrated()
         try:
             value = json.loads(options["input"])
         except json.JSONDecodeError as exc:

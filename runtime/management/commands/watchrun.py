@@ -6,6 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from runs.migrated import require_migrated
 from runs.models import Run
 from runtime.management.commands._cli import watch
 
@@ -19,6 +20,7 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=float, default=None)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        require_migrated()
         if not Run.objects.filter(pk=options["run_id"]).exists():
             raise CommandError(f"There is no run {options['run_id']!r}.")
         run = watch(

@@ -218,6 +218,7 @@ def run_shared_context(run: Run, *, timeline: str = "") -> dict[str, Any]:
         "status_text": run_status_text(run),
         "tone": status_tone(run.status),
         "attempts": _attempt_rows(run),
+        "retry_budget": services.retry_budget(run),
         "timeline": _timeline(run, timeline),
         "timeline_filter": timeline,
         "timeline_filters": [(k, v[0]) for k, v in TIMELINE_FILTERS.items()],

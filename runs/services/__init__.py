@@ -17,7 +17,7 @@ from runs.services.control import (
     run_resume,
     run_retry,
 )
-from runs.services.failures import attempt_fail
+from runs.services.failures import attempt_fail, retry_budget
 from runs.services.lifecycle import (
     WORKER_ID_MAX_LENGTH,
     Heartbeat,
@@ -67,6 +67,7 @@ __all__ = [
     "register_sweep",
     "requests_expire",
     "retry_blockers",
+    "retry_budget",
     "run_cancel",
     "run_pause",
     "run_resume",

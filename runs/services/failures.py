@@ -57,6 +57,18 @@ def classify(error_class: str | None, error_type: str, policy: RetryPolicy) -> s
     return FailureClass.TRANSIENT
 
 
+def retry_budget(run: Run) -> tuple[int, int] | None:
+    """(attempts failed in a row, the agent's ``max_attempts``): how much of the automatic
+    retry budget is spent, counted as ``attempt_fail`` counts it (a person's retry starts a
+    new count). None for an agent no longer known."""
+    try:
+        policy = agent_spec(run.agent).retry_policy
+    except HoldpointError:
+        return None
+    failures, _same = _failures_in_a_row(run, "")
+    return failures, policy.max_attempts
+
+
 def _failures_in_a_row(run: Run, fingerprint: str, step: str | None = None) -> tuple[int, int]:
     """Count (failures, same-fingerprint failures) back from the newest attempt.
 
@@ -71,6 +83,8 @@ def _failures_in_a_row(run: Run, fingerprint: str, step: str | None = None) -> t
         "status", "reason", "error_fingerprint", "error_step"
     ):
         if status in (AttemptStatus.LOST, AttemptStatus.ABORTED, AttemptStatus.QUEUED):
+            if reason == AttemptReason.RETRY:
+                break  # a person's retry (queued, or its attempt crashed): a new count
             continue
         if status != AttemptStatus.FAILED:
             break

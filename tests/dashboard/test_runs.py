@@ -287,3 +287,24 @@ def test_it_answers_in_place_on_the_run_page(client: Client, approver: User) -> 
     assert 'data-status="queued">Queued</span>' in body
     assert "Answered by alice at" in body
     assert 'hx-swap-oob="true"' in body  # the nav count follows
+
+
+def test_it_shows_how_much_of_the_retry_budget_is_spent_and_that_a_retry_starts_anew(
+    client: Client, operator: User
+) -> None:
+    """max_attempts counts failures in a row; a person's retry starts a new count (the run
+    page says so, so attempt #9 under max_attempts=4 is no surprise)."""
+    run = start()
+    for _ in range(2):
+        lease = claim()
+        services.attempt_fail(**epochs(lease), error={"type": "Timeout", "message": "slow"})
+    client.force_login(operator)
+    page = text(client.get(f"/runs/{run.id}/"))
+    assert "Automatic retries: 2 of 4 attempts failed in a row." in page
+    assert "A person's retry starts a new count." in page
+    lease = claim()
+    services.attempt_fail(**epochs(lease), error={"type": "ValueError", "message": "bad"})
+    services.run_retry(run_id=run.id, reason="fixed it", user=operator)
+    assert "Automatic retries: 0 of 4 attempts failed in a row." in text(
+        client.get(f"/runs/{run.id}/")
+    )

@@ -290,6 +290,12 @@ class InputRequest(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     answered_at = models.DateTimeField(null=True, blank=True)
+    # The approval policy it was asked under (runs/approvals.py, resolved when asked), and
+    # the approvers' edit of the planned arguments so far (null: none; an edit resets the
+    # approvals given before it, ``edit_round`` counts them).
+    policy = models.JSONField(default=dict, blank=True)
+    edited = models.JSONField(null=True, blank=True)
+    edit_round = models.PositiveIntegerField(default=0)
     # Why a request closed without an answer ("run cancelled", "expired").
     closed_reason = models.CharField(max_length=200, blank=True)
     closed_at = models.DateTimeField(null=True, blank=True)
@@ -316,6 +322,48 @@ class InputRequest(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class ApprovalVote(models.Model):
+    """One person's decision on an approval (``runs/services/approvals.py``): the request
+    is answered once its policy is met (N distinct approvals of the same arguments, or a
+    deny, or a response). An edit starts a new round: approvals of an earlier round
+    approved something else and no longer count."""
+
+    request = models.ForeignKey(InputRequest, on_delete=models.CASCADE, related_name="votes")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor = models.CharField(max_length=200)
+    decision = models.CharField(max_length=10)
+    comment = models.TextField(blank=True)
+    edited = models.JSONField(null=True, blank=True)
+    round = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["request", "created_at", "id"]
+        constraints = [
+            # A person counts once per round, whatever the code above does.
+            models.UniqueConstraint(
+                fields=["request", "round", "user"], name="approvalvote_one_per_person_round"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.request_id} {self.decision} by {self.actor}"
+
+
+class AgentApprovalPolicy(models.Model):
+    """An approval policy set by an operator (``manage.py agent policy``): it overrides
+    the one the agent's code gives (SDK ``approval_policy=``)."""
+
+    agent = models.CharField(max_length=100, primary_key=True)
+    policy = models.JSONField(default=dict)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return self.agent
 
 
 class RunEvent(models.Model):

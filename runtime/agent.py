@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from runs.agents import AgentSpec, RetryPolicy
+from runs.approvals import parse_policy
 from runtime import registry
 from runtime.types import Done, Next
 
@@ -36,9 +37,12 @@ class Agent:
         description: str = "",
         tools: tuple[str, ...] | list[str] = (),
         label: str = "",
+        approval_policy: dict[str, Any] | None = None,
     ) -> None:
         """``label``: how a run of this agent is named where people read, a template over
-        its input (``"Migrate {service}"``); default the agent's name and a short run id."""
+        its input (``"Migrate {service}"``); default the agent's name and a short run id.
+        ``approval_policy``: who may approve its approvals and how many must
+        (docs/agents.md, approval policies); checked now, a mistake is a ``ValueError``."""
         if not name or len(name) > 100:
             raise ValueError("An agent name must be 1 to 100 characters.")
         self.name = name
@@ -47,6 +51,7 @@ class Agent:
         self.description = description
         self.tools = tuple(tools)
         self.label = label
+        self.approval_policy = parse_policy(approval_policy)
         self.steps: dict[str, StepFunction] = {}
         self.start: str | None = None
         registry.register(self)
@@ -61,6 +66,7 @@ class Agent:
             description=self.description,
             source="python",
             label=self.label,
+            approval_policy=self.approval_policy,
         )
 
     @overload

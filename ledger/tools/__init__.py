@@ -17,7 +17,9 @@ and optionally
 - ``can_look_up``: ``False`` when ``lookup`` can never tell (e-mail), so that the
   reconciler does not ask in vain;
 - ``plan_compensation(request) -> dict | None``: what would undo the action, shown to
-  the person who approves it and stored on the side effect.
+  the person who approves it and stored on the side effect;
+- ``request_schema``: the JSON Schema of a request, which lets the person approving an
+  irreversible call edit it before approving (the edited request is what runs).
 
 ``execute``, ``lookup`` and ``compensate`` raise ``OutcomeUnknown`` when they cannot
 tell whether the action happened (a timeout after the request was sent), and

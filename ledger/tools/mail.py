@@ -64,6 +64,23 @@ class EmailTool:
     name = "email"
     reversibility = "irreversible"
     can_look_up = False
+    # What an approver may edit before approving a message (the card's form); the tool's
+    # own ``validate`` still checks the edited request before anything is written.
+    request_schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "to": {
+                "type": "array",
+                "title": "To",
+                "items": {"type": "string", "format": "email", "maxLength": 254},
+                "minItems": 1,
+                "maxItems": 50,
+            },
+            "subject": {"type": "string", "title": "Subject", "minLength": 1, "maxLength": 500},
+            "body": {"type": "string", "title": "Body", "maxLength": 20000},
+        },
+        "required": ["to", "subject"],
+    }
 
     def __init__(self, *, name: str = "email") -> None:
         self.name = name

@@ -382,3 +382,35 @@ def approvals_needed(request: Any) -> int:
     if request.status != RequestStatus.PENDING:
         return 0
     return max(0, policy_of(request.policy)["required"] - len(approvals_so_far(request)))
+
+
+def eligible_approvers(request: Any, *, limit: int = 50) -> list[Any]:
+    """The people who may still approve ``request`` under its policy: active, holding the
+    approve permission, in its groups (if it names any), not kept out by the self-approval
+    rule, and not among this round's approvers. The card names them; notifications go to
+    them."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
+    from django.db.models import Q
+
+    from runs.models import ApprovalVote
+
+    policy = policy_of(request.policy)
+    perm = Permission.objects.filter(codename="approve_run", content_type__app_label="runs").first()
+    users = get_user_model().objects.filter(is_active=True)
+    holds = Q(is_superuser=True)
+    if perm is not None:
+        holds |= Q(groups__permissions=perm) | Q(user_permissions=perm)
+    users = users.filter(holds)
+    if policy["groups"]:
+        users = users.filter(Q(groups__name__in=policy["groups"]) | Q(is_superuser=True))
+    excluded = set(
+        ApprovalVote.objects.filter(
+            request=request, round=request.edit_round, decision="approve"
+        ).values_list("user_id", flat=True)
+    )
+    if not policy["self_approval"]:
+        excluded.add(getattr(request.run, "created_by_id", None))
+        excluded.add(_last_answerer_id(request))
+    excluded.discard(None)
+    return list(users.exclude(pk__in=excluded).distinct().order_by("username")[:limit])

@@ -404,7 +404,7 @@ def eligible_approvers(request: Any, *, limit: int = 50) -> list[Any]:
     users = users.filter(holds)
     if policy["groups"]:
         users = users.filter(Q(groups__name__in=policy["groups"]) | Q(is_superuser=True))
-    excluded = set(
+    excluded: set[Any] = set(
         ApprovalVote.objects.filter(
             request=request, round=request.edit_round, decision="approve"
         ).values_list("user_id", flat=True)

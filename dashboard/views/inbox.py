@@ -291,11 +291,14 @@ def _team_success_text(req: InputRequest, value: Any) -> str:
         ) % {"n": needed, "name": name}
     if value.get("decision") == "respond":
         return _("Sent back. The run gets your comment and decides what to do.")
-    if value.get("decision") == "approve" and isinstance(req.answer, dict):
-        if "edited" in req.answer:
-            return _("Approved with edits. The run goes on and runs %(name)s as edited.") % {
-                "name": name
-            }
+    if (
+        value.get("decision") == "approve"
+        and isinstance(req.answer, dict)
+        and "edited" in req.answer
+    ):
+        return _("Approved with edits. The run goes on and runs %(name)s as edited.") % {
+            "name": name
+        }
     return ""
 
 

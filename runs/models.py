@@ -366,6 +366,74 @@ class AgentApprovalPolicy(models.Model):
         return self.agent
 
 
+class Notification(models.Model):
+    """One message the outbox owes about a request (docs/notifications.md): written in the
+    transaction that asks the question, sent later by the sweep, outside any transaction.
+
+    ``key`` is the idempotency key, request + recipient + kind: unique here, and sent with
+    the message (``Idempotency-Key`` of a webhook, the e-mail's ``Message-ID``) so that a
+    receiver that sees it twice after a crash can tell.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        SENDING = "sending", "Sending"
+        SENT = "sent", "Sent"
+        SKIPPED = "skipped", "Skipped"
+        FAILED = "failed", "Failed"
+
+    key = models.CharField(max_length=200, unique=True)
+    request = models.ForeignKey(
+        InputRequest, on_delete=models.CASCADE, related_name="notifications"
+    )
+    kind = models.CharField(max_length=20)  # pending | reminder | escalation
+    channel = models.CharField(max_length=10)  # email | webhook
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    group = models.CharField(max_length=150, blank=True)
+    due_at = models.DateTimeField()
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    # While ``sending``: the sender's lease; a sender that crashed lets it run out.
+    locked_until = models.DateTimeField(null=True, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    # The key of the message that carried it (its own, or the digest it was folded into).
+    message_key = models.CharField(max_length=200, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            # Serves the sender's claim: WHERE status IN ('pending','sending') ORDER BY due_at.
+            models.Index(
+                fields=["due_at"],
+                name="notification_due_idx",
+                condition=Q(status__in=["pending", "sending"]),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class NotificationPreference(models.Model):
+    """A person's channels, set on their profile page (default: all on)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        primary_key=True,
+        on_delete=models.CASCADE,
+        related_name="holdpoint_notifications",
+    )
+    email = models.BooleanField(default=True)
+    browser = models.BooleanField(default=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: email={self.email} browser={self.browser}"
+
+
 class RunEvent(models.Model):
     """Append-only history of a run: the timeline, the live push and the audit trail read it."""
 

@@ -40,6 +40,7 @@ from runs.services._base import (
     user_or_none,
 )
 from runs.services.approvals import policy_for_request
+from runs.services.notifications import outbox_for_request
 from runs.states import (
     AttemptReason,
     AttemptStatus,
@@ -596,6 +597,8 @@ def attempt_interrupt(
         policy=policy_for_request(run.agent, action) if kind == RequestKind.AUTH_REQUIRED else {},
         expires_at=deadline,
     )
+    # The people who may answer are owed a message: the outbox rows commit with the request.
+    outbox_for_request(request, now)
     attempt.status = AttemptStatus.INTERRUPTED
     attempt.ended_at = now
     attempt.lease_expires_at = None

@@ -44,7 +44,7 @@ from runs.approvals import (
     why_not_decide,
 )
 from runs.models import ApprovalVote, InputRequest
-from runs.selectors import inbox_for_user, permission_for_request_kind
+from runs.selectors import inbox_for_user, notifications_summary, permission_for_request_kind
 from runs.states import RequestKind, RequestStatus
 
 logger = logging.getLogger(__name__)
@@ -224,6 +224,28 @@ class RequestCard:
     approve_blocked: str = ""
 
     expanded: bool = False
+
+    @property
+    def notified(self) -> list[str]:
+        """Who was told and when: "Notified 3 people 10:02", "Escalated to on-call 10:32"."""
+        lines = []
+        for row in notifications_summary(self.req):
+            when = clock(row["first_at"])
+            people = ngettext("%(n)s person", "%(n)s people", row["people"]) % {"n": row["people"]}
+            if row["groups"] and row["kind"] != "escalation":
+                people += " " + ngettext(
+                    "and %(n)s group webhook", "and %(n)s group webhooks", row["groups"]
+                ) % {"n": row["groups"]}
+            if row["kind"] == "escalation":
+                lines.append(
+                    _("Escalated to %(group)s %(when)s")
+                    % {"group": row.get("escalated_to") or "—", "when": when}
+                )
+            elif row["kind"] == "reminder":
+                lines.append(_("Reminded %(people)s %(when)s") % {"people": people, "when": when})
+            else:
+                lines.append(_("Notified %(people)s %(when)s") % {"people": people, "when": when})
+        return lines
 
     @property
     def edit_open(self) -> bool:

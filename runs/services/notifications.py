@@ -132,3 +132,17 @@ def outbox_for_request(request: InputRequest, now: dt.datetime) -> int:
             owe("escalation", due, members, hooks, label=group)
     Notification.objects.bulk_create(rows, ignore_conflicts=True)
     return len(rows)
+
+
+def notification_preferences_set(*, user: Any, email: bool, browser: bool) -> None:
+    """A person's channels (their profile page): off means nothing more on that channel;
+    messages already owed on it are not written again but stay as they are."""
+    NotificationPreference.objects.update_or_create(
+        user=user, defaults={"email": bool(email), "browser": bool(browser)}
+    )
+
+
+def notification_preferences(user: Any) -> NotificationPreference:
+    """A person's channels (all on until they say otherwise); not saved."""
+    found = NotificationPreference.objects.filter(user=user).first()
+    return found if found is not None else NotificationPreference(user=user)

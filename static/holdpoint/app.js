@@ -165,6 +165,54 @@
     if (box && event.target.closest("[data-add-item]")) setTimeout(function () { showEdits(box); }, 0);
   });
 
+  // --- Told while away: a count in the tab title and a browser notification (issue 18). ----
+  // Only while the tab is in the background and the person has not switched it off on their
+  // profile; the live socket keeps the inbox badge current, this reads it.
+  var baseTitle = document.title;
+  var shownCount = null;
+  function badgeCount() {
+    var badge = document.getElementById("inbox-count");
+    var n = badge ? parseInt(badge.textContent, 10) : NaN;
+    return isNaN(n) ? null : n;
+  }
+  function wantsBrowser() {
+    return document.body && document.body.dataset.notifyBrowser === "on";
+  }
+  function onBadge() {
+    var n = badgeCount();
+    if (n === null) return;
+    var grew = shownCount !== null && n > shownCount;
+    shownCount = n;
+    if (!document.hidden || !wantsBrowser()) return;
+    document.title = n > 0 ? "(" + n + ") " + baseTitle : baseTitle;
+    if (grew && "Notification" in window && window.Notification.permission === "granted") {
+      var text = document.body.dataset.notifyText || gettext("Holdpoint: %(n)s waiting for a person");
+      try {
+        new window.Notification(fill(text, { n: n }), { tag: "holdpoint-inbox" });
+      } catch (e) {
+        /* Some browsers only notify from a service worker: the title still counts. */
+      }
+    }
+  }
+  document.addEventListener("htmx:oobAfterSwap", onBadge);
+  document.addEventListener("visibilitychange", function () {
+    if (!document.hidden) document.title = baseTitle;
+    shownCount = badgeCount();
+  });
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", function () { baseTitle = document.title; shownCount = badgeCount(); });
+  } else {
+    shownCount = badgeCount();
+  }
+  document.addEventListener("click", function (event) {
+    var ask = event.target.closest && event.target.closest("[data-ask-notifications]");
+    if (!ask || !("Notification" in window)) return;
+    window.Notification.requestPermission().then(function (answer) {
+      var state = document.querySelector("[data-notification-state]");
+      if (state) state.textContent = answer === "granted" ? ask.dataset.grantedText : ask.dataset.deniedText;
+    });
+  });
+
   // --- Ctrl/Cmd+Enter submits the focused card's form (docs/dashboard.md). Approvals are excluded: -----
   // --- approving takes a deliberate click on a button that names what it does. ------------
   document.addEventListener("keydown", function (event) {

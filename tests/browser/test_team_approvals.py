@@ -88,3 +88,63 @@ def test_send_back_with_a_comment(new_page: Any, approver: User) -> None:
     expect(card).to_contain_text("Sent back by alice")
     req.refresh_from_db()
     assert req.answer == {"decision": "respond", "comment": "Use 1800, not 3600"}
+
+
+# A stand-in for the browser's own Notification API and page visibility (what the test
+# cannot do to a headless tab): it records what the page asks the browser to show.
+BACKGROUND_TAB = """
+Object.defineProperty(Document.prototype, "hidden", {
+  configurable: true, get() { return !!window.__hidden; }
+});
+window.__notes = [];
+window.Notification = function (title) { window.__notes.push(title); };
+window.Notification.permission = "granted";
+window.Notification.requestPermission = function () { return Promise.resolve("granted"); };
+document.addEventListener("htmx:wsOpen", function () { window.__wsOpen = true; });
+"""
+
+
+def test_a_background_tab_counts_in_its_title_and_shows_a_notification(
+    new_page: Any, approver: User
+) -> None:
+    import re
+
+    page = new_page()
+    page.add_init_script(BACKGROUND_TAB)
+    login(page, "alice")
+    page.goto("/profile/")
+    page.wait_for_function("() => window.__wsOpen === true")
+    title = page.title()
+    page.evaluate(
+        "() => { window.__hidden = true; document.dispatchEvent(new Event('visibilitychange')); }"
+    )
+    ask(kind="auth_required", action=ACTION)
+    expect(page.locator("#inbox-count")).to_have_text("1")
+    expect(page).to_have_title("(1) " + title)
+    assert page.evaluate("() => window.__notes") == ["Holdpoint: 1 waiting for a person"]
+    # Back in front: the title is plain again, and nothing more is shown.
+    page.evaluate(
+        "() => { window.__hidden = false; document.dispatchEvent(new Event('visibilitychange')); }"
+    )
+    expect(page).to_have_title(re.compile(r"^[^(]"))
+
+
+def test_no_browser_notification_for_a_person_who_switched_it_off(
+    new_page: Any, approver: User
+) -> None:
+    from runs.models import NotificationPreference
+
+    NotificationPreference.objects.create(user=approver, browser=False)
+    page = new_page()
+    page.add_init_script(BACKGROUND_TAB)
+    login(page, "alice")
+    page.goto("/profile/")
+    page.wait_for_function("() => window.__wsOpen === true")
+    title = page.title()
+    page.evaluate(
+        "() => { window.__hidden = true; document.dispatchEvent(new Event('visibilitychange')); }"
+    )
+    ask(kind="auth_required", action=ACTION)
+    expect(page.locator("#inbox-count")).to_have_text("1")
+    assert page.title() == title
+    assert page.evaluate("() => window.__notes") == []

@@ -165,3 +165,41 @@ def text_of(html: str) -> str:
     import html as html_module
 
     return html_module.unescape(html)
+
+
+# --- People are told (issue 18) ---------------------------------------------------------------
+
+
+def test_the_profile_page_switches_channels_off_and_on(client: Client, approver: User) -> None:
+    from runs.models import NotificationPreference
+
+    client.force_login(approver)
+    page = client.get("/profile/").content.decode()
+    assert 'name="email" value="on" checked' in page and 'name="browser" value="on" checked' in page
+    assert 'data-notify-browser="on"' in page
+    response = client.post("/profile/", {"browser": "on"})
+    assert response.status_code == 303
+    pref = NotificationPreference.objects.get(user=approver)
+    assert (pref.email, pref.browser) == (False, True)
+    client.post("/profile/", {"email": "on"})
+    pref.refresh_from_db()
+    assert (pref.email, pref.browser) == (True, False)
+    assert 'data-notify-browser="off"' in client.get("/profile/").content.decode()
+    assert client.put("/profile/").status_code == 405
+
+
+def test_the_card_says_who_was_notified_and_when(client: Client, approver: User, settings) -> None:  # type: ignore[no-untyped-def]
+    from ledger.notifications import notifications_send
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    approver.email = "alice@example.com"
+    approver.save()
+    bob = _user("bob", "approver")
+    bob.email = "bob@example.com"
+    bob.save()
+    req = approval()
+    client.force_login(approver)
+    assert "data-notified" not in card_html(client.get("/").content.decode(), req.id)
+    notifications_send()
+    card = card_html(client.get("/").content.decode(), req.id)
+    assert "Notified 2 people" in card

@@ -182,7 +182,7 @@ class DemoDriver(threading.Thread):
         expected = scenario.answers[0]
         if expected == "versions" and request.kind == "input_required":
             value: dict[str, Any] = {"versions": ["v2", "v3"]}
-            who = "operator"
+            who: str | None = "operator"
         elif expected in ("approve", "approve-one") and request.kind == "auth_required":
             value = {"decision": "approve", "comment": "Reviewed the diff; go ahead."}
             who = self._approver(request)

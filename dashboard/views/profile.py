@@ -10,6 +10,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from dashboard.actions import HtmxHttpRequest, dashboard_view, redirect_after_post
+from runs.ratelimit import hit, rate_for
 from runs.services.notifications import notification_preferences, notification_preferences_set
 
 
@@ -34,6 +35,13 @@ def profile(request: HtmxHttpRequest) -> HttpResponse:
         return HttpResponse(status=405, headers={"Allow": "GET, POST"})
     current = notification_preferences(request.user)
     if request.method == "POST":
+        rate = rate_for("HOLDPOINT_THROTTLE_USER")
+        if rate is not None and not hit("profile", f"user:{request.user.pk}", rate).allowed:
+            return HttpResponse(
+                _("Too many changes at once; try again in a minute."),
+                status=429,
+                content_type="text/plain; charset=utf-8",
+            )
         form = NotificationForm(request.POST)
         if form.is_valid():
             notification_preferences_set(

@@ -203,3 +203,21 @@ def test_the_card_says_who_was_notified_and_when(client: Client, approver: User,
     notifications_send()
     card = card_html(client.get("/").content.decode(), req.id)
     assert "Notified 2 people" in card
+
+
+def test_the_profile_page_is_throttled_and_takes_hostile_input_calmly(
+    client: Client, approver: User, settings
+) -> None:  # type: ignore[no-untyped-def]
+    from tests.security.test_no_server_errors import NASTY
+
+    client.force_login(approver)
+    for name, nasty in NASTY.items():
+        if name == "lone-surrogate":
+            continue  # a form post cannot carry one (it is not UTF-8); the JSON fuzz sends it
+        response = client.post("/profile/", {"email": nasty, "browser": nasty, name: nasty})
+        # Refused at the boundary (a NUL: 400) or taken as "on": never a server error.
+        assert response.status_code in (303, 400), name
+    settings.HOLDPOINT_THROTTLE_USER = "3/min"
+    codes = [client.post("/profile/", {"email": "on"}).status_code for _ in range(3)]
+    assert codes[-1] == 429
+    assert client.get("/profile/", {"x": "\x00"}).status_code in (200, 400)

@@ -271,7 +271,7 @@ def test_it_finds_a_due_notification_never_sent_and_leaves_webhook_keys_to_it() 
     once, kept = invariants.notifications(_conn(), {}, Path("/nonexistent"))
     assert kept.violations == 1 and "due and never sent" in kept.examples[0]
     posts = {f"{req.id}:group:admin:pending": [1.0]}
-    once, kept = invariants.notifications(_conn(), posts, Path("/nonexistent"))
+    _once, kept = invariants.notifications(_conn(), posts, Path("/nonexistent"))
     assert kept.violations == 0
     # The ledger's delivery check does not take a notification key for a side effect.
     assert all(c.violations == 0 for c in invariants.deliveries(_conn(), posts, 0))

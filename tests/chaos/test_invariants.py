@@ -268,7 +268,7 @@ def test_it_finds_a_due_notification_never_sent_and_leaves_webhook_keys_to_it() 
         group="admin",
         due_at=timezone.now() - timedelta(minutes=5),
     )
-    once, kept = invariants.notifications(_conn(), {}, Path("/nonexistent"))
+    _once, kept = invariants.notifications(_conn(), {}, Path("/nonexistent"))
     assert kept.violations == 1 and "due and never sent" in kept.examples[0]
     posts = {f"{req.id}:group:admin:pending": [1.0]}
     _once, kept = invariants.notifications(_conn(), posts, Path("/nonexistent"))

@@ -296,6 +296,8 @@ class InputRequest(models.Model):
     policy = models.JSONField(default=dict, blank=True)
     edited = models.JSONField(null=True, blank=True)
     edit_round = models.PositiveIntegerField(default=0)
+    # How many decisions were recorded on it (ApprovalVote rows): part of the card's version.
+    decisions = models.PositiveIntegerField(default=0)
     # Why a request closed without an answer ("run cancelled", "expired").
     closed_reason = models.CharField(max_length=200, blank=True)
     closed_at = models.DateTimeField(null=True, blank=True)

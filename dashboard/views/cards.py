@@ -344,9 +344,8 @@ def card_version(req: InputRequest, *, can_answer: bool) -> str:
     """
     is_open = req.status == RequestStatus.PENDING and req.expires_at > timezone.now()
     version = f"{req.status}.{'open' if is_open else 'shut'}.{'can' if can_answer else 'cannot'}"
-    if req.kind == RequestKind.AUTH_REQUIRED and is_open:
-        votes = ApprovalVote.objects.filter(request_id=req.id).count()
-        version += f".{req.edit_round}.{votes}"
+    if req.kind == RequestKind.AUTH_REQUIRED and is_open and req.decisions:
+        version += f".{req.edit_round}.{req.decisions}"
     return version
 
 

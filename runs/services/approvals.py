@@ -60,6 +60,7 @@ def approval_decide(
     if edit is not None:
         request.edit_round += 1
         request.edited = edit
+    request.decisions += 1
     ApprovalVote.objects.create(
         request=request,
         user=who,
@@ -73,7 +74,7 @@ def approval_decide(
     if decision == "approve":
         given = approvals_so_far(request)
         if len(given) < policy["required"]:
-            request.save(update_fields=["edited", "edit_round"])
+            request.save(update_fields=["edited", "edit_round", "decisions"])
             append_event(
                 run,
                 EventType.APPROVAL_GIVEN,
@@ -100,6 +101,7 @@ def approval_decide(
             ]
         return final
     if decision == "deny" and not policy["any_deny_closes"]:
+        request.save(update_fields=["decisions"])
         append_event(
             run,
             EventType.APPROVAL_OBJECTED,

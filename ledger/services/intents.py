@@ -208,6 +208,34 @@ def approval_for(run: Run, *, step_id: str, tool: str, target: str, request: Any
     }
     if request is not None:
         extra.update(request_id=request.id, denied_by=who)
+    # Approved with edits (issue 18): the plan itself is not approved, the edit is. Say so,
+    # and how to run the edit, to a worker that began with the plan (the in-process SDK
+    # begins with the edit at once).
+    edited = next(
+        (
+            r
+            for r in answered
+            if approved_action_hash(r.action) == wanted
+            and isinstance(r.answer, dict)
+            and r.answer.get("decision") == "approve"
+            and "edited" in r.answer
+        ),
+        None,
+    )
+    if edited is not None and isinstance(edited.answer, dict):
+        extra.update(
+            request_id=edited.id,
+            edited=edited.answer["edited"],
+            edited_idempotency_key=edited_idempotency_key(
+                run_id=run.id, step_id=step_id, tool=tool, request=edited.answer["edited"]
+            ),
+        )
+        raise HoldpointError(
+            "approval_required",
+            f"{tool} on {target} was approved with edits: begin again with the edited "
+            "request and its own idempotency_key (edited, edited_idempotency_key).",
+            **extra,
+        )
     raise HoldpointError(
         "approval_required",
         f"{tool} on {target} cannot be undone; step {step_id!r} needs an approval first.",

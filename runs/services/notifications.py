@@ -85,7 +85,8 @@ def outbox_for_request(request: InputRequest, now: dt.datetime) -> int:
         eligible_approvers(request, limit=MAX_RECIPIENTS) if is_approval else _holders(codename)
     )
     groups = _webhook_groups(list(policy.get("groups") or []), codename)
-    share = float(settings.HOLDPOINT_NOTIFY_REMIND_SHARE)
+    # The policy's own share of the time left, else the deployment's.
+    share = float(policy.get("remind") or settings.HOLDPOINT_NOTIFY_REMIND_SHARE)
     times: list[tuple[str, dt.datetime]] = [("pending", now)]
     if share > 0:
         remind_at = request.expires_at - (request.expires_at - now) * share

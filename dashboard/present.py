@@ -550,8 +550,8 @@ def _answered(p: dict[str, Any]) -> str:
         decision = answer.get("decision")
         if decision == "approve" and "edited" in answer:
             return _("Approved with edits: %(original)s → %(edited)s.") % {
-                "original": _compact(p.get("original")),
-                "edited": _compact(answer["edited"]),
+                "original": _short(p.get("original")),
+                "edited": _short(answer["edited"]),
             }
         if decision == "respond":
             return _("Sent back with a comment: %(comment)s") % {
@@ -559,6 +559,12 @@ def _answered(p: dict[str, Any]) -> str:
             }
         return _("Approved.") if decision == "approve" else _("Denied.")
     return _("Answered.")
+
+
+def _short(value: Any, limit: int = 300) -> str:
+    """A JSON value on one line, cut to ``limit`` characters for a timeline sentence."""
+    text = _compact(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _approval_given(p: dict[str, Any]) -> str:
@@ -569,7 +575,7 @@ def _approval_given(p: dict[str, Any]) -> str:
     }
     if p.get("edited") is not None:
         text += " " + _("With an edit: %(edited)s; earlier approvals no longer count.") % {
-            "edited": _compact(p.get("edited"))
+            "edited": _short(p.get("edited"))
         }
     return text
 

@@ -221,3 +221,19 @@ def test_the_profile_page_is_throttled_and_takes_hostile_input_calmly(
     codes = [client.post("/profile/", {"email": "on"}).status_code for _ in range(3)]
     assert codes[-1] == 429
     assert client.get("/profile/", {"x": "\x00"}).status_code in (200, 400)
+
+
+def test_the_timeline_says_each_approval_and_the_edit(client: Client, approver: User) -> None:
+    bob = _user("bob", "approver")
+    req = approval({"required": 2}, editable=EDITABLE)
+    client.force_login(approver)
+    answer(client, req, {"decision": "approve", "answer/ttl": "1800", "answer/note": "rotate"})
+    client.force_login(bob)
+    answer(client, req, {"decision": "approve", "answer/ttl": "1800", "answer/note": "rotate"})
+    page = text(client.get(f"/runs/{req.run_id}/"))
+    assert "Approved by alice: 1 of 2 approvals." in page
+    assert 'With an edit: {"ttl": 1800, "note": "rotate"}' in page
+    assert (
+        'Approved with edits: {"ttl": 3600, "note": "rotate"} → {"ttl": 1800, "note": "rotate"}.'
+        in page
+    )

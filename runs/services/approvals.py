@@ -53,6 +53,20 @@ def approval_decide(
         raise HoldpointError(
             "approval_not_allowed", why.detail, reason=why.reason, request_id=request.id
         )
+    if (
+        who is None
+        and decision == "approve"
+        and ApprovalVote.objects.filter(
+            request=request, round=request.edit_round, user=None, actor=actor, decision="approve"
+        ).exists()
+    ):
+        # Not a person, yet one actor counts once too (a script cannot be two approvers).
+        raise HoldpointError(
+            "approval_not_allowed",
+            f"{actor} already approved this; it needs approvals from other people.",
+            reason="already_approved",
+            request_id=request.id,
+        )
     answer = approval_answer(request.action, value, current_edit=request.edited)
     policy = policy_of(request.policy)
     decision = answer["decision"]

@@ -294,3 +294,19 @@ def test_a_bad_policy_is_refused_by_the_command() -> None:
     with pytest.raises(CommandError, match="required must be a whole number"):
         call_command("agent", "policy", AGENT, "--required", "0")
     assert not AgentApprovalPolicy.objects.exists()
+
+
+def test_the_system_counts_once_too() -> None:
+    from runs import services
+    from runs.errors import HoldpointError
+
+    run, cp, request = approval({"required": 2})
+    resume = {"run_id": run.pk, "request_id": request.id, "checkpoint_id": cp.id}
+    services.run_resume(**resume, value={"decision": "approve"}, actor="cli:ops")
+    with pytest.raises(HoldpointError) as refused:
+        services.run_resume(**resume, value={"decision": "approve"}, actor="cli:ops")
+    assert refused.value.code == "approval_not_allowed"
+    services.run_resume(**resume, value={"decision": "approve"}, actor="cli:oncall")
+    request.refresh_from_db()
+    assert request.status == "answered"
+    assert request.answer["approvers"] == ["cli:ops", "cli:oncall"]

@@ -186,9 +186,9 @@
     if (!document.hidden || !wantsBrowser()) return;
     document.title = n > 0 ? "(" + n + ") " + baseTitle : baseTitle;
     if (grew && "Notification" in window && window.Notification.permission === "granted") {
-      var text = document.body.dataset.notifyText || gettext("Holdpoint: %(n)s waiting for a person");
+      var text = document.body.dataset.notifyText || gettext("Holdpoint: {} waiting for a person");
       try {
-        new window.Notification(fill(text, { n: n }), { tag: "holdpoint-inbox" });
+        new window.Notification(text.replace("{}", String(n)), { tag: "holdpoint-inbox" });
       } catch (e) {
         /* Some browsers only notify from a service worker: the title still counts. */
       }

@@ -324,9 +324,25 @@ def _last_answerer_id(request: Any) -> Any:
     )
 
 
-def why_not_decide(request: Any, user: Any, decision: str = "approve") -> NotAllowed | None:
+def is_new_edit(action: Any, value: Any, current_edit: Any) -> bool:
+    """Whether ``value`` approves with arguments other than those on the table (an edit
+    that starts a new round)."""
+    editable = editable_of(action)
+    return (
+        editable is not None
+        and isinstance(value, dict)
+        and value.get("decision") == "approve"
+        and "edited" in value
+        and not same(value["edited"], current_value(editable, current_edit))
+    )
+
+
+def why_not_decide(
+    request: Any, user: Any, decision: str = "approve", *, new_edit: bool = False
+) -> NotAllowed | None:
     """Why ``user`` may not take ``decision`` on the approval ``request`` under its policy
-    (None: they may). The approve permission itself is checked by the caller."""
+    (None: they may). The approve permission itself is checked by the caller. ``new_edit``:
+    the approval changes the arguments, so an approval of the old ones does not count."""
     from runs.models import ApprovalVote
 
     policy = policy_of(request.policy)
@@ -354,9 +370,12 @@ def why_not_decide(request: Any, user: Any, decision: str = "approve") -> NotAll
                 "You answered this run's last question; its policy needs someone else to "
                 "approve this.",
             )
-    if ApprovalVote.objects.filter(
-        request=request, round=request.edit_round, user=user, decision="approve"
-    ).exists():
+    if (
+        not new_edit
+        and ApprovalVote.objects.filter(
+            request=request, round=request.edit_round, user=user, decision="approve"
+        ).exists()
+    ):
         return NotAllowed(
             "already_approved",
             "You already approved this; it needs approvals from other people.",

@@ -15,6 +15,7 @@ from typing import Any
 from runs.agents import approval_policy_for
 from runs.approvals import (
     approval_answer,
+    is_new_edit,
     approvals_so_far,
     editable_of,
     policy_of,
@@ -48,7 +49,10 @@ def approval_decide(
     decide, and why) or ``invalid_input`` before writing anything."""
     decision = value.get("decision") if isinstance(value, dict) else None
     who = user_or_none(user)
-    why = why_not_decide(request, who, decision if isinstance(decision, str) else "approve")
+    new_edit = is_new_edit(request.action, value, request.edited)
+    why = why_not_decide(
+        request, who, decision if isinstance(decision, str) else "approve", new_edit=new_edit
+    )
     if why is not None:
         raise HoldpointError(
             "approval_not_allowed", why.detail, reason=why.reason, request_id=request.id
@@ -56,6 +60,7 @@ def approval_decide(
     if (
         who is None
         and decision == "approve"
+        and not new_edit
         and ApprovalVote.objects.filter(
             request=request, round=request.edit_round, user=None, actor=actor, decision="approve"
         ).exists()

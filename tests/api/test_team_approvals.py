@@ -310,3 +310,19 @@ def test_the_system_counts_once_too() -> None:
     request.refresh_from_db()
     assert request.status == "answered"
     assert request.answer["approvers"] == ["cli:ops", "cli:oncall"]
+
+
+def test_an_approver_may_edit_what_they_approved_and_approves_the_edit(approver) -> None:
+    bob = second_approver()
+    run, cp, request = approval({"required": 2}, editable=EDITABLE)
+    assert decide(approver, run, cp, request, {"decision": "approve"}, "a").status_code == 202
+    edited = {"accepted_versions": ["v3"], "ttl": 60}
+    response = decide(approver, run, cp, request, {"decision": "approve", "edited": edited}, "a2")
+    assert response.status_code == 202, response.json()
+    assert response.json()["pending_request"]["approvals_needed"] == 1
+    # The same edit again is no edit: she already approved it.
+    response = decide(approver, run, cp, request, {"decision": "approve", "edited": edited}, "a3")
+    assert response.status_code == 403 and response.json()["reason"] == "already_approved"
+    assert decide(bob, run, cp, request, {"decision": "approve"}, "b").status_code == 202
+    request.refresh_from_db()
+    assert request.answer["edited"] == edited and request.answer["approvers"] == ["alice", "bob"]

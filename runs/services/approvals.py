@@ -15,9 +15,9 @@ from typing import Any
 from runs.agents import approval_policy_for
 from runs.approvals import (
     approval_answer,
-    is_new_edit,
     approvals_so_far,
     editable_of,
+    is_new_edit,
     policy_of,
     resolve_policy,
     why_not_decide,

@@ -257,7 +257,8 @@ def notification_mail_keys(directory: Path) -> list[str]:
         for chunk in path.read_bytes().split(_MAIL_SEPARATOR):
             key = email.message_from_bytes(chunk).get("X-Holdpoint-Key") if chunk.strip() else None
             if key:
-                keys.append(str(key))
+                # A long header is folded over lines; the key itself has no whitespace.
+                keys.append("".join(str(key).split()))
     return keys
 
 

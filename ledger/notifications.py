@@ -149,7 +149,8 @@ def _send_email(rows: list[Notification], now: dt.datetime) -> str:
             f"Open it (after signing in): {one['url']}\n"
         )
     else:
-        key = "digest:" + hashlib.sha256("|".join(sorted(r.key for r in rows)).encode()).hexdigest()
+        digest = hashlib.sha256("|".join(sorted(r.key for r in rows)).encode()).hexdigest()
+        key = "digest:" + digest[:32]
         subject = f"[Holdpoint] {len(rows)} requests are waiting for you"
         body = "\n\n".join(
             f"- {f['asked']} ({f['run_label']}): {f['time_left']} left. {f['url']}" for f in facts

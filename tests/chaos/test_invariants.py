@@ -275,3 +275,32 @@ def test_it_finds_a_due_notification_never_sent_and_leaves_webhook_keys_to_it() 
     assert kept.violations == 0
     # The ledger's delivery check does not take a notification key for a side effect.
     assert all(c.violations == 0 for c in invariants.deliveries(_conn(), posts, 0))
+
+
+def test_a_notification_a_sweeper_holds_is_in_flight_not_lost() -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from runs.models import Notification
+    from tests.runs.factory import interrupted
+
+    _run, _lease, _cp, req = interrupted(kind="auth_required")
+    row = Notification.objects.create(
+        key=f"{req.id}:group:admin:pending",
+        request=req,
+        kind="pending",
+        channel="webhook",
+        group="admin",
+        due_at=timezone.now() - timedelta(minutes=5),
+        status="sending",
+        attempts=1,
+        locked_until=timezone.now() + timedelta(seconds=60),
+    )
+    _once, kept = invariants.notifications(_conn(), {}, Path("/nonexistent"))
+    assert kept.violations == 0
+    Notification.objects.filter(pk=row.pk).update(
+        locked_until=timezone.now() - timedelta(seconds=1)
+    )
+    _once, kept = invariants.notifications(_conn(), {}, Path("/nonexistent"))
+    assert kept.violations == 1 and "(sending, 1 attempts)" in kept.examples[0]

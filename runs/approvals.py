@@ -372,6 +372,7 @@ def why_not_decide(
             )
     if (
         not new_edit
+        and request.decisions
         and ApprovalVote.objects.filter(
             request=request, round=request.edit_round, user=user, decision="approve"
         ).exists()
@@ -387,6 +388,8 @@ def approvals_so_far(request: Any) -> list[Any]:
     """The approvals that count now (this round's), oldest first."""
     from runs.models import ApprovalVote
 
+    if not request.decisions:
+        return []
     return list(
         ApprovalVote.objects.select_related("user")
         .filter(request=request, round=request.edit_round, decision="approve")
@@ -423,10 +426,14 @@ def eligible_approvers(request: Any, *, limit: int = 50) -> list[Any]:
     users = users.filter(holds)
     if policy["groups"]:
         users = users.filter(Q(groups__name__in=policy["groups"]) | Q(is_superuser=True))
-    excluded: set[Any] = set(
-        ApprovalVote.objects.filter(
-            request=request, round=request.edit_round, decision="approve"
-        ).values_list("user_id", flat=True)
+    excluded: set[Any] = (
+        set(
+            ApprovalVote.objects.filter(
+                request=request, round=request.edit_round, decision="approve"
+            ).values_list("user_id", flat=True)
+        )
+        if request.decisions
+        else set()
     )
     if not policy["self_approval"]:
         excluded.add(getattr(request.run, "created_by_id", None))

@@ -168,7 +168,12 @@ class TeamView:
 
 def team_view(req: InputRequest) -> TeamView:
     policy = policy_of(req.policy)
-    votes = list(ApprovalVote.objects.select_related("user").filter(request=req)[:100])
+    # The request counts its decisions: most cards have none, and ask nothing more.
+    votes = (
+        list(ApprovalVote.objects.select_related("user").filter(request=req)[:100])
+        if req.decisions
+        else []
+    )
 
     def approver(vote: ApprovalVote) -> Approver:
         name = vote.user.get_username() if vote.user is not None else vote.actor
@@ -181,7 +186,10 @@ def team_view(req: InputRequest) -> TeamView:
     if req.edited is not None and editable is not None:
         diff = before_after_diff(editable.value, req.edited, _("arguments"))
     others: list[str] = []
-    if req.status == RequestStatus.PENDING:
+    restricted = policy["required"] > 1 or policy["groups"] or not policy["self_approval"]
+    if req.status == RequestStatus.PENDING and restricted:
+        # Named where the policy narrows who may decide (a plain approval says "Approvers
+        # may decide this" and needs no query of everyone who holds the permission).
         others = [u.get_username() for u in eligible_approvers(req, limit=12)]
     return TeamView(
         required=policy["required"],

@@ -75,6 +75,9 @@ class ApprovalSerializer(serializers.Serializer):
     edited = serializers.JSONField(
         required=False, help_text="The request as the approvers edited and approved it."
     )
+    edited_by = serializers.CharField(
+        required=False, help_text="Who edited the request before it was approved."
+    )
     approvers = serializers.ListField(
         child=serializers.CharField(),
         required=False,

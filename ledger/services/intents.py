@@ -44,7 +44,7 @@ from ledger.services._common import (
 )
 from ledger.tools import ActionFailed, Tool, can_compensate, get_tool
 from runs.errors import HoldpointError
-from runs.models import Attempt, InputRequest, Run
+from runs.models import ApprovalVote, Attempt, InputRequest, Run
 from runs.schemas import canonical_json
 from runs.services import lock_for_worker_write
 from runs.states import RequestKind, RequestStatus
@@ -328,6 +328,17 @@ def _edit_facts(request: InputRequest, answer: dict[str, Any]) -> dict[str, Any]
         editable: dict[str, Any] = found if isinstance(found, dict) else {}
         facts["edited"] = answer["edited"]
         facts["original"] = editable.get("value", action.get("change"))
+        editor = (
+            ApprovalVote.objects.filter(request=request, round=request.edit_round)
+            .exclude(edited__isnull=True)
+            .select_related("user")
+            .order_by("created_at", "id")
+            .first()
+        )
+        if editor is not None:
+            facts["edited_by"] = (
+                editor.user.get_username() if editor.user is not None else editor.actor
+            )
     return facts
 
 

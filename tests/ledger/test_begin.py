@@ -375,4 +375,4 @@ def test_a_worker_that_begins_with_the_plan_approved_with_edits_is_told_how_to_r
     assert answer.decision == "act" and answer.idempotency_key == key
     effect = SideEffect.objects.get(pk=answer.operation_id)
     assert effect.approval["original"] == plan and effect.approval["edited"] == edit
-    assert effect.approval["by"] == "alice"
+    assert effect.approval["by"] == "alice" and effect.approval["edited_by"] == "alice"

@@ -144,6 +144,8 @@ def test_the_report_shows_the_plan_and_the_approved_edit(make_agent, mailer, cli
     rows = [row for group in api["groups"] for row in group["rows"]]
     assert rows[0]["approval"]["original"] == {"to": ["all@example.com"]}
     assert rows[0]["approval"]["edited"] == {"to": ["oncall@example.com"]}
+    assert rows[0]["approval"]["edited_by"] == "system"
+    assert "Approved with edits by" in page
 
 
 def test_an_irreversible_call_sent_back_raises_approval_denied_with_the_response(

@@ -28,7 +28,8 @@ MAX_RECIPIENTS = 50
 
 def _holders(codename: str, groups: list[str] | None = None) -> list[Any]:
     """Active people holding ``runs.<codename>`` (through a group, directly, or as
-    superusers), in ``groups`` when given."""
+    superusers); with ``groups``, the active members of those groups instead (an
+    escalation group is told whoever is in it)."""
     perm = Permission.objects.filter(codename=codename, content_type__app_label="runs").first()
     holds = Q(is_superuser=True)
     if perm is not None:

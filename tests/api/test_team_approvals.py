@@ -326,3 +326,23 @@ def test_an_approver_may_edit_what_they_approved_and_approves_the_edit(approver)
     assert decide(bob, run, cp, request, {"decision": "approve"}, "b").status_code == 202
     request.refresh_from_db()
     assert request.answer["edited"] == edited and request.answer["approvers"] == ["alice", "bob"]
+
+
+def test_the_command_reads_a_whole_policy_from_a_file_and_refuses_unknown_agents(
+    tmp_path, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from django.core.management.base import CommandError
+
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps({"rules": [{"match": "email", "required": 2}]}))
+    call_command("agent", "policy", AGENT, "--file", str(path))
+    stored = AgentApprovalPolicy.objects.get(agent=AGENT).policy
+    assert stored == {"rules": [{"match": "email", "required": 2}]}
+    assert '"match": "email"' in capsys.readouterr().out
+    with pytest.raises(CommandError, match="no agent named"):
+        call_command("agent", "policy", "nobody", "--required", "2")
+    path.write_text(json.dumps({"rules": [{"match": "email", "quorum": 2}]}))
+    with pytest.raises(CommandError, match="unknown policy fields: quorum"):
+        call_command("agent", "policy", AGENT, "--file", str(path))

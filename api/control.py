@@ -104,7 +104,9 @@ class RunResumeApi(IdempotentMixin, APIView):
     """Answer the run's pending question or approval; a new attempt continues from it.
 
     Answering an ``input_required`` request needs ``answer``; an ``auth_required``
-    one needs ``approve`` (its value is ``{decision: approve | deny, comment?}``).
+    one needs ``approve`` (its value is ``{decision: approve | deny | respond, comment,
+    edited?}``, a comment required to deny or respond) and may need more than one person
+    (its ``policy``): until then the request stays pending and counts the approvals.
     """
 
     class InputSerializer(serializers.Serializer):
@@ -131,6 +133,7 @@ class RunResumeApi(IdempotentMixin, APIView):
         "request_mismatch",
         "stale_checkpoint",
         "request_expired",
+        "approval_not_allowed",
         tags=["control"],
         operation_id="runs_resume",
     )

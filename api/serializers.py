@@ -11,8 +11,10 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from runs.agents import AgentSpec
-from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent
+from runs.agents import AgentSpec, approval_policy_for
+from runs.approvals import approvals_needed, policy_of
+from runs.models import ApprovalVote, Attempt, Checkpoint, InputRequest, Run, RunEvent
+from runs.states import RequestKind
 
 
 class UtcDateTimeField(serializers.DateTimeField):
@@ -133,6 +135,36 @@ class InputRequestSerializer(serializers.ModelSerializer):
     def get_answered_by(self, request: InputRequest) -> str | None:
         return request.answered_by.get_username() if request.answered_by else None
 
+    def to_representation(self, instance: InputRequest) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        # An approval's decisions so far, its policy and how many approvals it still needs
+        # (docs/api.md); an input request has none of these.
+        if instance.kind == RequestKind.AUTH_REQUIRED:
+            data.update(approval_facts(instance))
+        return data
+
+
+def approval_facts(request: InputRequest) -> dict[str, Any]:
+    """An approval's ``approvals`` (every decision so far), ``policy``, ``approvals_needed``
+    and ``edited`` (the arguments as edited so far; null when nobody edited them)."""
+    votes = [
+        {
+            "by": vote.user.get_username() if vote.user is not None else vote.actor,
+            "decision": vote.decision,
+            "comment": vote.comment,
+            "edited": vote.edited,
+            "at": utc(vote.created_at),
+            "counts": vote.round == request.edit_round,
+        }
+        for vote in ApprovalVote.objects.select_related("user").filter(request=request)[:100]
+    ]
+    return {
+        "approvals": votes,
+        "policy": policy_of(request.policy),
+        "approvals_needed": approvals_needed(request),
+        "edited": request.edited,
+    }
+
 
 class RunSerializer(serializers.ModelSerializer):
     run_id = serializers.CharField(source="id")
@@ -240,6 +272,15 @@ class AgentOverviewSerializer(serializers.Serializer):
     held_runs = serializers.IntegerField(help_text="Queued or backing-off runs the gate holds.")
     running_attempts = serializers.IntegerField()
     runs_by_status = serializers.DictField(child=serializers.IntegerField())
+    approval_policy = serializers.SerializerMethodField(
+        help_text="The agent's approval policy (`policy`) and where it comes from (`source`: "
+        "operator, code or default); docs/agents.md."
+    )
+
+    @extend_schema_field(serializers.DictField())
+    def get_approval_policy(self, row: dict[str, Any]) -> dict[str, Any]:
+        policy, source = approval_policy_for(row["name"])
+        return {"policy": policy, "source": source}
 
     @extend_schema_field(serializers.DictField())
     def get_retry_policy(self, row: dict[str, Any]) -> dict[str, Any]:

@@ -65,6 +65,21 @@ class ApprovalSerializer(serializers.Serializer):
         default=None,
         help_text="sha256 of the tool, target and request the approval covers.",
     )
+    # Issue 18: an approval that edited the plan covers the edit; both are kept.
+    original = serializers.JSONField(
+        required=False, help_text="The planned request, when an approver edited it."
+    )
+    edited = serializers.JSONField(
+        required=False, help_text="The request as the approvers edited and approved it."
+    )
+    edited_by = serializers.CharField(
+        required=False, help_text="Who edited the request before it was approved."
+    )
+    approvers = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="Everyone whose approval counted, when the policy needed more than one.",
+    )
 
 
 class ResolutionSerializer(serializers.Serializer):

@@ -329,7 +329,13 @@ class Controller:
 
 
 def _setup_people() -> dict[str, str]:
-    return {name: person(name, "admin")[1] for name in ("chaos-a", "chaos-b")}
+    tokens = {}
+    for name in ("chaos-a", "chaos-b"):
+        user, tokens[name] = person(name, "admin")
+        # Notifications (issue 18) go to them: e-mails to the file backend, counted after.
+        user.email = f"{name}@chaos.example"
+        user.save(update_fields=["email"])
+    return tokens
 
 
 def _create_runs(count: int, hook_url: str, rng: random.Random) -> Counter[str]:
@@ -558,6 +564,10 @@ def main(argv: list[str] | None = None) -> int:
             # Every message on disk, to count against the ledger afterwards.
             "EMAIL_BACKEND": "django.core.mail.backends.filebased.EmailBackend",
             "EMAIL_FILE_PATH": str(mail_dir),
+            # The notification outbox: the admins' group webhook on the same receiver, and
+            # a short digest interval so that the run's end finds every message sent.
+            "HOLDPOINT_NOTIFY_WEBHOOKS": f"admin=http://127.0.0.1:{hook_port}/notify/admin",
+            "HOLDPOINT_NOTIFY_MIN_INTERVAL_SECONDS": "2",
             "LOG_LEVEL": "WARNING",
         }
         os.environ.update({k: env[k] for k in env if k.startswith(("DATABASE_URL", "HOLDPOINT_"))})
@@ -740,6 +750,18 @@ def main(argv: list[str] | None = None) -> int:
                         len(invariants.config_store_keys(config_root)),
                     ],
                     ["e-mails sent", len(invariants.mailed_keys(mail_dir)[0])],
+                    [
+                        "notification e-mails sent",
+                        len(invariants.notification_mail_keys(mail_dir)),
+                    ],
+                    [
+                        "notification webhook POSTs",
+                        sum(
+                            len(v)
+                            for k, v in book.posts.items()
+                            if invariants.is_notification_key(k)
+                        ),
+                    ],
                     ["attempts lost (lease ran out)", stale],
                 ],
             )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import email
 import itertools
 import json
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -175,8 +176,18 @@ def _has_table(conn: Any, name: str) -> bool:
     return bool(_rows(conn, "SELECT to_regclass(%s) IS NOT NULL", [name])[0][0])
 
 
+# A notification's key (runs/services/notifications.py): request + recipient + kind. Its
+# webhook POSTs reach the same receiver as the ledger's and are counted by ``notifications``.
+_NOTIFICATION_KEY = re.compile(r"^req_[^:]+:(user|group):[^:]+:(pending|reminder|escalation)$")
+
+
+def is_notification_key(key: str) -> bool:
+    return bool(_NOTIFICATION_KEY.match(key))
+
+
 def deliveries(conn: Any, posts: dict[str, list[float]], without_key: int) -> list[Check]:
     """The receiver's count against the ledger's record."""
+    posts = {key: times for key, times in posts.items() if not is_notification_key(key)}
     once = Check("every webhook delivery happened at most once per idempotency key")
     in_ledger = Check("every side effect that happened is in the ledger")
     once.checked = in_ledger.checked = len(posts) + without_key
@@ -227,12 +238,94 @@ def mailed_keys(directory: Path) -> tuple[list[str], int]:
         for chunk in path.read_bytes().split(_MAIL_SEPARATOR):
             if not chunk.strip():
                 continue
-            key = email.message_from_bytes(chunk).get("X-Idempotency-Key")
+            message = email.message_from_bytes(chunk)
+            if message.get("X-Holdpoint-Key"):
+                continue  # a notification, not a side effect: counted by ``notifications``
+            key = message.get("X-Idempotency-Key")
             if key:
                 keys.append(str(key))
             else:
                 without += 1
     return keys, without
+
+
+def notification_mail_keys(directory: Path) -> list[str]:
+    """The ``X-Holdpoint-Key`` of every notification e-mail written (a row's key, or a
+    digest's ``digest:…`` key)."""
+    keys = []
+    for path in sorted(directory.glob("*.log")) if directory.is_dir() else []:
+        for chunk in path.read_bytes().split(_MAIL_SEPARATOR):
+            key = email.message_from_bytes(chunk).get("X-Holdpoint-Key") if chunk.strip() else None
+            if key:
+                # A long header is folded over lines; the key itself has no whitespace.
+                keys.append("".join(str(key).split()))
+    return keys
+
+
+# A notification due this long before the check and not sent counts as lost: the sweeper
+# (every second) has had its chance, even behind a person's digest interval.
+NOTIFICATION_GRACE_SECONDS = 30
+
+
+def notifications(conn: Any, posts: dict[str, list[float]], mail_dir: Path) -> list[Check]:
+    """The notification outbox against what was received (issue 18).
+
+    At most once per key: an e-mail (no mail server dedupes) at most once per key, strictly;
+    a webhook key never POSTed again after the outbox recorded it sent (the receiver, like
+    a real one, honours the ``Idempotency-Key``). None lost: every row recorded sent was
+    received; none failed for good; none due (with a grace) for a request still pending
+    was left unsent.
+    """
+    once = Check("every notification was sent at most once per key")
+    kept = Check("no notification was lost")
+    # Rows a sweeper holds when the check runs ("sending", lease running) are in flight,
+    # not lost; the crash test of tests/ledger/test_notifications.py shows they go later.
+    if not _has_table(conn, "runs_notification"):
+        return [once, kept]
+    mails = Counter(notification_mail_keys(mail_dir))
+    hooks = {key: times for key, times in posts.items() if is_notification_key(key)}
+    for key, count in mails.items():
+        once.checked += 1
+        if count > 1:
+            once.bad(f"e-mail {key!r} sent {count} times")
+    for (
+        key,
+        channel,
+        status,
+        message_key,
+        sent_at,
+        overdue,
+        still_pending,
+        in_flight,
+        tries,
+    ) in _rows(
+        conn,
+        "SELECT n.key, n.channel, n.status, n.message_key, extract(epoch FROM n.sent_at), "
+        "n.due_at <= now() - make_interval(secs => %s), r.status = 'pending', "
+        "n.status = 'sending' AND n.locked_until > now(), n.attempts "
+        "FROM runs_notification n JOIN runs_inputrequest r ON r.id = n.request_id",
+        [NOTIFICATION_GRACE_SECONDS],
+    ):
+        kept.checked += 1
+        if channel == "webhook":
+            times = hooks.get(key, [])
+            once.checked += 1
+            if sent_at is not None and any(t > float(sent_at) + 0.001 for t in times[1:]):
+                once.bad(f"webhook {key!r} POSTed again after it was recorded sent")
+            delivered = bool(times)
+        else:
+            delivered = (message_key or key) in mails
+        if status == "failed":
+            kept.bad(f"{key}: failed for good")
+        elif status == "sent" and not delivered:
+            kept.bad(f"{key}: recorded sent, never received")
+        elif in_flight:
+            # Claimed by a sweeper (one the run killed, maybe): the next sweep sends it when
+            # the claim's lease runs out (ledger/notifications.py), after the run's end.
+            continue
+        elif status in ("pending", "sending") and overdue and still_pending and not delivered:
+            kept.bad(f"{key}: due and never sent ({status}, {tries} attempts)")
+    return [once, kept]
 
 
 def outside_effects(conn: Any, *, config_root: Path, mail_dir: Path) -> list[Check]:
@@ -349,4 +442,5 @@ def all_checks(
         idempotency_orphans(conn),
         control_keys(conn, log),
         answered_once(conn),
+        *notifications(conn, posts, mail_dir),
     ]

@@ -170,3 +170,18 @@ def parse_database_url(
         "CONN_MAX_AGE": 0,
         "ATOMIC_REQUESTS": False,
     }
+
+
+def env_group_urls(name: str) -> dict[str, str]:
+    """Comma-separated ``group=url`` pairs (``approver=https://hooks.slack.com/…``): the
+    webhook each group's notifications go to (http or https)."""
+    found: dict[str, str] = {}
+    for entry in env_list(name):
+        group, _, url = entry.partition("=")
+        group, url = group.strip(), url.strip()
+        if not group or not url.startswith(("https://", "http://")):
+            raise ImproperlyConfigured(
+                f"{name}: {entry!r} is not group=url; use e.g. approver=https://hooks.example.com/x."
+            )
+        found[group] = url
+    return found

@@ -19,6 +19,7 @@ from config.env import (
     env_choice,
     env_destinations,
     env_float,
+    env_group_urls,
     env_host_headers,
     env_int,
     env_list,
@@ -358,6 +359,19 @@ if HOLDPOINT_WEBHOOK_LOOKUP_URL and "{idempotency_key}" not in HOLDPOINT_WEBHOOK
         "HOLDPOINT_WEBHOOK_LOOKUP_URL must contain {idempotency_key}, "
         "e.g. https://hooks.example.com/deliveries/{idempotency_key}."
     )
+
+# Notifications (docs/notifications.md): the address links in messages start with; the
+# webhook of each group (group=url, comma-separated; Slack-compatible JSON); the share of
+# a request's time left when its reminder goes (0: no reminders); the least time between
+# two messages to one person (later ones are folded into a digest).
+HOLDPOINT_PUBLIC_URL = env_str("HOLDPOINT_PUBLIC_URL", "http://localhost:8000").rstrip("/")
+HOLDPOINT_NOTIFY_WEBHOOKS = env_group_urls("HOLDPOINT_NOTIFY_WEBHOOKS")
+HOLDPOINT_NOTIFY_REMIND_SHARE = env_float("HOLDPOINT_NOTIFY_REMIND_SHARE", 0.25, minimum=0.0)
+if HOLDPOINT_NOTIFY_REMIND_SHARE >= 1:
+    raise ImproperlyConfigured("HOLDPOINT_NOTIFY_REMIND_SHARE must be below 1 (e.g. 0.25).")
+HOLDPOINT_NOTIFY_MIN_INTERVAL_SECONDS = env_int(
+    "HOLDPOINT_NOTIFY_MIN_INTERVAL_SECONDS", 60, minimum=0
+)
 
 # The demo accounts' password at first start of `manage.py serve` (generated when unset).
 HOLDPOINT_DEMO_PASSWORD = env_str("HOLDPOINT_DEMO_PASSWORD")

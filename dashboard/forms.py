@@ -20,7 +20,7 @@ MAX_REASON = 2000
 
 class ApprovalForm(forms.Form):
     decision = forms.ChoiceField(
-        choices=[("approve", _("Approve")), ("deny", _("Deny"))],
+        choices=[("approve", _("Approve")), ("deny", _("Deny")), ("respond", _("Send back"))],
         error_messages={"required": _("Choose Approve or Deny.")},
     )
     comment = forms.CharField(
@@ -36,6 +36,10 @@ class ApprovalForm(forms.Form):
         # a reason is required to deny, so the agent and the audit trail learn why.
         if cleaned.get("decision") == "deny" and not cleaned.get("comment"):
             self.add_error("comment", _("Say why you deny it; the reason is kept with the run."))
+        if cleaned.get("decision") == "respond" and not cleaned.get("comment"):
+            self.add_error(
+                "comment", _("Write what the agent should change; the comment goes back to it.")
+            )
         return cleaned
 
     def value(self) -> dict[str, Any]:

@@ -491,6 +491,8 @@ TIMELINE_FILTERS = {
         (
             EventType.RUN_INTERRUPTED,
             EventType.REQUEST_ANSWERED,
+            EventType.APPROVAL_GIVEN,
+            EventType.APPROVAL_OBJECTED,
             EventType.REQUEST_CLOSED,
             EventType.RUN_RESUMED,
             EventType.RUN_CANCEL_REQUESTED,
@@ -545,8 +547,37 @@ def _closed(p: dict[str, Any]) -> str:
 def _answered(p: dict[str, Any]) -> str:
     answer = p.get("answer")
     if p.get("kind") == RequestKind.AUTH_REQUIRED and isinstance(answer, dict):
-        return _("Approved.") if answer.get("decision") == "approve" else _("Denied.")
+        decision = answer.get("decision")
+        if decision == "approve" and "edited" in answer:
+            return _("Approved with edits: %(original)s → %(edited)s.") % {
+                "original": _short(p.get("original")),
+                "edited": _short(answer["edited"]),
+            }
+        if decision == "respond":
+            return _("Sent back with a comment: %(comment)s") % {
+                "comment": answer.get("comment", "")
+            }
+        return _("Approved.") if decision == "approve" else _("Denied.")
     return _("Answered.")
+
+
+def _short(value: Any, limit: int = 300) -> str:
+    """A JSON value on one line, cut to ``limit`` characters for a timeline sentence."""
+    text = _compact(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _approval_given(p: dict[str, Any]) -> str:
+    text = _("Approved by %(who)s: %(n)s of %(total)s approvals.") % {
+        "who": p.get("by") or "—",
+        "n": p.get("approvals", "?"),
+        "total": p.get("required", "?"),
+    }
+    if p.get("edited") is not None:
+        text += " " + _("With an edit: %(edited)s; earlier approvals no longer count.") % {
+            "edited": _short(p.get("edited"))
+        }
+    return text
 
 
 def _interrupted(p: dict[str, Any]) -> str:
@@ -610,6 +641,11 @@ SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
     ),
     E.RUN_INTERRUPTED: _interrupted,
     E.REQUEST_ANSWERED: _answered,
+    E.APPROVAL_GIVEN: _approval_given,
+    E.APPROVAL_OBJECTED: lambda p: (
+        _("%(who)s objected (the request stays open): %(comment)s")
+        % {"who": p.get("by") or "—", "comment": p.get("comment", "")}
+    ),
     E.REQUEST_CLOSED: _closed,
     E.RUN_RESUMED: lambda p: _("Resumed in a new attempt."),
     E.RUN_CANCEL_REQUESTED: lambda p: (

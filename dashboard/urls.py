@@ -11,6 +11,7 @@ from django.views.i18n import JavaScriptCatalog
 from dashboard import views
 from dashboard.views import side_effects
 from dashboard.views.login import login
+from dashboard.views.profile import profile
 
 # app.js's words (djangojs catalog of locale/). A script file, not inline (CSP); the page
 # names its language in the URL, so a cached catalog never answers for another language.
@@ -31,6 +32,7 @@ side_effect_urlpatterns: list[URLPattern | URLResolver] = [
 urlpatterns: list[URLPattern | URLResolver] = [
     path("side-effects/", include((side_effect_urlpatterns, "ledger"))),
     path("login/", login, name="login"),
+    path("profile/", profile, name="profile"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("i18n/", include("django.conf.urls.i18n")),
     path("jsi18n/", javascript_catalog, name="javascript-catalog"),

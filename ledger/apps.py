@@ -10,6 +10,7 @@ class LedgerConfig(AppConfig):
     def ready(self) -> None:
         # runs knows nothing of the ledger (dependencies point runtime -> ledger -> runs);
         # the ledger plugs its retry guard and its reconciler sweep into the run services.
+        from ledger.notifications import notifications_send
         from ledger.selectors import retry_guard
         from ledger.services import side_effects_look_up_stale
         from ledger.tools import register_default_tools
@@ -18,3 +19,6 @@ class LedgerConfig(AppConfig):
         register_default_tools()
         register_retry_guard(retry_guard)
         register_sweep("side_effects", side_effects_look_up_stale)
+        # The notification outbox the run store writes is sent here: outbound calls go
+        # only through ledger/outbound.py, which the run store may not import.
+        register_sweep("notifications", notifications_send)

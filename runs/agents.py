@@ -91,6 +91,9 @@ class AgentSpec:
         """The retry policy that judges a failure of ``step``."""
         return self.step_retry.get(step) or self.retry_policy
 
+    # Who may approve, and how many (``runs/approvals.py``, ``parse_policy``).
+    approval_policy: dict[str, Any] = field(default_factory=dict)
+
 
 _registry: dict[str, AgentSpec] = {}
 
@@ -125,6 +128,21 @@ def agent_spec(name: str) -> AgentSpec:
         description=declared.description,
         source="declared",
     )
+
+
+def approval_policy_for(name: str) -> tuple[dict[str, Any], str]:
+    """An agent's approval policy and where it comes from: an operator's (``manage.py
+    agent policy``, stored) wins over the agent's code (SDK ``approval_policy=``);
+    ``("{}", "default")`` when neither gives one."""
+    from runs.models import AgentApprovalPolicy
+
+    stored = AgentApprovalPolicy.objects.filter(agent=name).values_list("policy", flat=True).first()
+    if stored is not None:
+        return dict(stored), "operator"
+    spec = _registry.get(name)
+    if spec is not None and spec.approval_policy:
+        return dict(spec.approval_policy), "code"
+    return {}, "default"
 
 
 def all_agent_specs() -> list[AgentSpec]:

@@ -42,6 +42,9 @@ ERRORS: dict[str, ErrorKind] = {
     "permission_denied": ErrorKind(403, "Permission denied"),
     # Approving steps when a run is started is an approval: it needs runs.approve_run.
     "preapproval_not_permitted": ErrorKind(403, "Pre-approval not permitted"),
+    # The approval's policy does not let this person decide it (not in its groups, no
+    # self-approval, already approved); ``reason`` says which.
+    "approval_not_allowed": ErrorKind(403, "Approval not allowed"),
     "not_authenticated": ErrorKind(401, "Not authenticated"),
     "malformed_request": ErrorKind(400, "Malformed request"),
     "payload_too_large": ErrorKind(413, "Payload too large"),

@@ -32,6 +32,10 @@ class EventType(StrEnum):
     CHECKPOINT_SAVED = "checkpoint.saved"
     RUN_INTERRUPTED = "run.interrupted"
     REQUEST_ANSWERED = "request.answered"
+    # One person's approval when the request's policy needs more (runs/services/approvals.py).
+    APPROVAL_GIVEN = "approval.given"
+    # A deny that does not close the request (its policy's any_deny_closes is false).
+    APPROVAL_OBJECTED = "approval.objected"
     REQUEST_CLOSED = "request.closed"
     RUN_RESUMED = "run.resumed"
     RUN_CANCEL_REQUESTED = "run.cancel_requested"

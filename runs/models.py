@@ -290,6 +290,14 @@ class InputRequest(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     answered_at = models.DateTimeField(null=True, blank=True)
+    # The approval policy it was asked under (runs/approvals.py, resolved when asked), and
+    # the approvers' edit of the planned arguments so far (null: none; an edit resets the
+    # approvals given before it, ``edit_round`` counts them).
+    policy = models.JSONField(default=dict, blank=True)
+    edited = models.JSONField(null=True, blank=True)
+    edit_round = models.PositiveIntegerField(default=0)
+    # How many decisions were recorded on it (ApprovalVote rows): part of the card's version.
+    decisions = models.PositiveIntegerField(default=0)
     # Why a request closed without an answer ("run cancelled", "expired").
     closed_reason = models.CharField(max_length=200, blank=True)
     closed_at = models.DateTimeField(null=True, blank=True)
@@ -316,6 +324,116 @@ class InputRequest(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class ApprovalVote(models.Model):
+    """One person's decision on an approval (``runs/services/approvals.py``): the request
+    is answered once its policy is met (N distinct approvals of the same arguments, or a
+    deny, or a response). An edit starts a new round: approvals of an earlier round
+    approved something else and no longer count."""
+
+    request = models.ForeignKey(InputRequest, on_delete=models.CASCADE, related_name="votes")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor = models.CharField(max_length=200)
+    decision = models.CharField(max_length=10)
+    comment = models.TextField(blank=True)
+    edited = models.JSONField(null=True, blank=True)
+    round = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["request", "created_at", "id"]
+        constraints = [
+            # A person counts once per round, whatever the code above does.
+            models.UniqueConstraint(
+                fields=["request", "round", "user"], name="approvalvote_one_per_person_round"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.request_id} {self.decision} by {self.actor}"
+
+
+class AgentApprovalPolicy(models.Model):
+    """An approval policy set by an operator (``manage.py agent policy``): it overrides
+    the one the agent's code gives (SDK ``approval_policy=``)."""
+
+    agent = models.CharField(max_length=100, primary_key=True)
+    policy = models.JSONField(default=dict)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return self.agent
+
+
+class Notification(models.Model):
+    """One message the outbox owes about a request (docs/notifications.md): written in the
+    transaction that asks the question, sent later by the sweep, outside any transaction.
+
+    ``key`` is the idempotency key, request + recipient + kind: unique here, and sent with
+    the message (``Idempotency-Key`` of a webhook, the e-mail's ``Message-ID``) so that a
+    receiver that sees it twice after a crash can tell.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        SENDING = "sending", "Sending"
+        SENT = "sent", "Sent"
+        SKIPPED = "skipped", "Skipped"
+        FAILED = "failed", "Failed"
+
+    key = models.CharField(max_length=200, unique=True)
+    request = models.ForeignKey(
+        InputRequest, on_delete=models.CASCADE, related_name="notifications"
+    )
+    kind = models.CharField(max_length=20)  # pending | reminder | escalation
+    channel = models.CharField(max_length=10)  # email | webhook
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    group = models.CharField(max_length=150, blank=True)
+    due_at = models.DateTimeField()
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    # While ``sending``: the sender's lease; a sender that crashed lets it run out.
+    locked_until = models.DateTimeField(null=True, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    # The key of the message that carried it (its own, or the digest it was folded into).
+    message_key = models.CharField(max_length=200, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            # Serves the sender's claim: WHERE status IN ('pending','sending') ORDER BY due_at.
+            models.Index(
+                fields=["due_at"],
+                name="notification_due_idx",
+                condition=Q(status__in=["pending", "sending"]),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class NotificationPreference(models.Model):
+    """A person's channels, set on their profile page (default: all on)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        primary_key=True,
+        on_delete=models.CASCADE,
+        related_name="holdpoint_notifications",
+    )
+    email = models.BooleanField(default=True)
+    browser = models.BooleanField(default=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: email={self.email} browser={self.browser}"
 
 
 class RunEvent(models.Model):

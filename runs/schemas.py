@@ -49,8 +49,11 @@ MAX_JSON_DEPTH = 32
 APPROVAL_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "decision": {"type": "string", "enum": ["approve", "deny"]},
+        "decision": {"type": "string", "enum": ["approve", "deny", "respond"]},
         "comment": {"type": "string", "maxLength": 2000},
+        # The approver's edit of the planned arguments (runs/approvals.py checks it against
+        # the request's own editable schema).
+        "edited": {},
     },
     "required": ["decision"],
     "additionalProperties": False,

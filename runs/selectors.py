@@ -161,3 +161,34 @@ def paused_for_user(*, user: Actor) -> QuerySet[InputRequest]:
         .select_related("run")
         .order_by("created_at", "id")
     )
+
+
+def notifications_summary(request: InputRequest) -> list[dict[str, Any]]:
+    """Who was told about ``request`` and when, by kind (pending, reminder, escalation):
+    ``{kind, people, groups, first_at, escalated_to}`` for the messages actually sent."""
+    from django.db.models import Count, Min
+
+    from runs.models import Notification
+
+    rows = (
+        Notification.objects.filter(request=request, status=Notification.Status.SENT)
+        .values("kind")
+        .annotate(
+            people=Count("user", distinct=True),
+            groups=Count("group", distinct=True),
+            first_at=Min("sent_at"),
+        )
+        .order_by("first_at")
+    )
+    summary = []
+    for row in rows:
+        entry = dict(row)
+        if row["kind"] == "escalation":
+            entry["escalated_to"] = (
+                Notification.objects.filter(request=request, kind="escalation")
+                .exclude(group="")
+                .values_list("group", flat=True)
+                .first()
+            )
+        summary.append(entry)
+    return summary

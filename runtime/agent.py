@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from runs.agents import AgentSpec, RetryPolicy
+from runs.approvals import parse_policy
 from runtime import registry
 from runtime.typed import is_typed, schema_of
 from runtime.types import Done, Next
@@ -48,13 +49,17 @@ class Agent:
         description: str = "",
         tools: tuple[str, ...] | list[str] = (),
         label: str = "",
+        approval_policy: dict[str, Any] | None = None,
     ) -> None:
         """``label``: how a run of this agent is named where people read, a template over
         its input (``"Migrate {service}"``); default the agent's name and a short run id.
 
         ``input_schema``: JSON Schema (or the compact form), or a Pydantic model or a
         dataclass (``runtime/typed.py``): its JSON Schema is what runs are checked against,
-        and ``ctx.input`` is then an instance of it."""
+        and ``ctx.input`` is then an instance of it.
+
+        ``approval_policy``: who may approve its approvals and how many must
+        (docs/agents.md, approval policies); checked now, a mistake is a ``ValueError``."""
         if not name or len(name) > 100:
             raise ValueError("An agent name must be 1 to 100 characters.")
         self.name = name
@@ -70,6 +75,7 @@ class Agent:
         self.description = description
         self.tools = tuple(tools)
         self.label = label
+        self.approval_policy = parse_policy(approval_policy)
         self.steps: dict[str, StepFunction] = {}
         self.step_options: dict[str, StepOptions] = {}
         self.start: str | None = None
@@ -90,6 +96,7 @@ class Agent:
                 for name, options in self.step_options.items()
                 if options.retry is not None
             },
+            approval_policy=self.approval_policy,
         )
 
     @overload

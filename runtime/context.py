@@ -75,12 +75,58 @@ def hold_point_key(raw: str) -> str:
 
 
 def covers(answer: Answer, *, tool: str, target: str, request: Any) -> bool:
-    """Whether the answered approval was about exactly this action (the ledger's hash)."""
+    """Whether the answered approval was asked about exactly this action, as planned (the
+    ledger's hash of what the card showed; an approver's edit is applied after)."""
     from ledger.services import action_hash, approved_action_hash
 
-    return approved_action_hash(answer.action, answer.value) == action_hash(
+    return approved_action_hash(answer.action) == action_hash(
         tool=tool, target=target, request=request
     )
+
+
+def approval_of(answer: Answer) -> Approval:
+    """The step's view of an answered approval."""
+    value = answer.value if isinstance(answer.value, dict) else {}
+    approvers = value.get("approvers")
+    return Approval(
+        approved=value.get("decision") == "approve",
+        comment=str(value.get("comment") or ""),
+        answered_by=answer.answered_by,
+        request_id=answer.request_id,
+        decision=str(value.get("decision") or ""),
+        edited=value.get("edited"),
+        approvers=tuple(str(a) for a in approvers) if isinstance(approvers, list) else (),
+    )
+
+
+def with_secrets(edited: Any, planned: Any) -> Any:
+    """An approver's edit of a request, with the secret header values the card showed
+    redacted put back from the plan the step holds in memory (the ledger never had them)."""
+    from ledger.outbound import REDACTED
+
+    if not (isinstance(edited, dict) and isinstance(planned, dict)):
+        return edited
+    headers, original = edited.get("headers"), planned.get("headers")
+    if not (isinstance(headers, dict) and isinstance(original, dict)):
+        return edited
+    restored = {
+        name: original[name] if value == REDACTED and name in original else value
+        for name, value in headers.items()
+    }
+    return {**edited, "headers": restored}
+
+
+def _editable_request(tool: Any, request: Any) -> dict[str, Any] | None:
+    """What an approver of an irreversible call may edit: the request (secrets redacted),
+    when the tool offers a form for it (``edit_schema``) and the plan fits it."""
+    from ledger.outbound import redact_request
+    from runs.schemas import validation_errors
+
+    schema = getattr(tool, "edit_schema", None)
+    shown = redact_request(request)
+    if not isinstance(schema, dict) or validation_errors(schema, shown):
+        return None
+    return {"schema": schema, "value": shown}
 
 
 def fingerprint(value: Any) -> str:
@@ -311,6 +357,8 @@ class Context:
         context: dict[str, Any] | None = None,
         reason: str = "",
         key: str | None = None,
+        editable: Any = None,
+        arguments: Any = None,
     ) -> Approval:
         """Ask for approval of ``action`` on ``target``; return the decision.
 
@@ -318,6 +366,11 @@ class Context:
         given when the run was started (``approvals=[step_id]``) is used without asking.
         An answer covers the action, target and detail it showed: called again with
         others, the step asks again.
+
+        ``editable`` (a JSON Schema, compact form allowed) lets the approver change the
+        planned ``arguments`` (default: ``detail``) before approving; the step then gets
+        ``approval.edited``, checked against the schema. A person may also send the
+        request back with a comment instead (``approval.responded``: not approved).
         """
         self.check()
         step_id = self._key("approve", key)
@@ -328,13 +381,7 @@ class Context:
             and answer.kind == "auth_required"
             and covers(answer, tool=tool or action, target=target, request=change)
         ):
-            value = answer.value or {}
-            return Approval(
-                approved=value.get("decision") == "approve",
-                comment=value.get("comment", ""),
-                answered_by=answer.answered_by,
-                request_id=answer.request_id,
-            )
+            return approval_of(answer)
         if step_id in self._lease.approvals:
             return Approval(approved=True, comment="Approved when the run was started.")
         if change_is_empty(change):
@@ -364,6 +411,18 @@ class Context:
                 "target": target,
                 "change": change,
                 "reversibility": reversibility or "",
+                **(
+                    {
+                        "editable": {
+                            "schema": to_json(editable, "editable schema"),
+                            "value": to_json(
+                                change if arguments is None else arguments, "approval arguments"
+                            ),
+                        }
+                    }
+                    if editable is not None
+                    else {}
+                ),
             },
         )
         raise AssertionError("unreachable")  # pragma: no cover
@@ -446,6 +505,21 @@ class Context:
         ):
             reversibility = "compensable"
         request = to_json(request, "side-effect request")
+        edited_key: dict[str, str] = {}
+        answer = self._answers.get(step_id)
+        if (
+            answer is not None
+            and answer.kind == "auth_required"
+            and isinstance(answer.value, dict)
+            and answer.value.get("decision") == "approve"
+            and "edited" in answer.value
+            and covers(answer, tool=tool, target=target, request=request)
+        ):
+            # Approved with edits: the edited request is what runs, under its own key.
+            request = with_secrets(answer.value["edited"], request)
+            edited_key["idempotency_key"] = ledger.edited_idempotency_key(
+                run_id=self.run_id, step_id=step_id, tool=tool, request=request
+            )
         try:
             begin = self._control.write(
                 ledger.side_effect_begin,
@@ -455,6 +529,7 @@ class Context:
                 request=request,
                 reversibility=reversibility,
                 compensating_action=to_json(compensate, "compensating action"),
+                **edited_key,
             )
         except HoldpointError as exc:
             if exc.code == "side_effect_unknown":
@@ -552,19 +627,22 @@ class Context:
         """The ledger wants an approval for this irreversible call: use the answer to this
         step's question if it was about this very call, else ask (the same hold point as
         ``approve``; an approval of another action in the step covers nothing here)."""
+        from ledger.tools import get_tool
+
         answer = self._answers.get(step_id)
         if (
             answer is not None
             and answer.kind == "auth_required"
             and covers(answer, tool=tool, target=target, request=request)
         ):
-            value = answer.value or {}
-            approval = Approval(
-                approved=value.get("decision") == "approve",
-                comment=value.get("comment", ""),
-                answered_by=answer.answered_by,
-                request_id=answer.request_id,
-            )
+            approval = approval_of(answer)
+            if approval.responded:
+                raise ApprovalDenied(
+                    f"{tool} on {target} was sent back"
+                    + (f" by {approval.answered_by}" if approval.answered_by else "")
+                    + f": {approval.comment}",
+                    approval=approval,
+                )
             if approval.denied:
                 raise ApprovalDenied(
                     f"{tool} on {target} was denied"
@@ -588,6 +666,11 @@ class Context:
                 "target": target,
                 "change": request,
                 "reversibility": "irreversible",
+                **(
+                    {"editable": editable}
+                    if (editable := _editable_request(get_tool(tool), request))
+                    else {}
+                ),
             },
         )
 

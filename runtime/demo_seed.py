@@ -38,9 +38,14 @@ logger = logging.getLogger(__name__)
 DEMO_ACCOUNTS = {
     "operator": "operator",
     "approver": "approver",
+    # A second approver: the demo's config change needs two (DEMO_POLICY).
+    "reviewer": "approver",
     "viewer": "viewer",
     "admin": "admin",
 }
+# The demo's team rule (issue 18), as an operator would set it with ``manage.py agent
+# policy``: a change to the config store needs two distinct approvers.
+DEMO_POLICY = {"rules": [{"match": "config_store:*", "required": 2}]}
 
 
 def ensure_demo_accounts(password: str | None = None) -> str | None:
@@ -53,6 +58,8 @@ def ensure_demo_accounts(password: str | None = None) -> str | None:
         for username, group in DEMO_ACCOUNTS.items():
             user = User.objects.create_user(
                 username=username,
+                # Notifications go to these (the console or file mail backend in the demo).
+                email=f"{username}@example.com",
                 password=password,
                 is_staff=username == "admin",
                 is_superuser=username == "admin",
@@ -77,10 +84,10 @@ def demo_scenarios(receiver_url: str) -> list[Scenario]:
     return [
         Scenario("A question waiting for an answer", "auth-token-migration", {"notify": notify}),
         Scenario(
-            "An approval waiting before a risky config change",
+            "An approval two people must give, the first one given, editable before approving",
             "auth-token-migration",
             {"notify": notify},
-            answers=["versions"],
+            answers=["versions", "approve-one"],
         ),
         Scenario("A run backing off after a transient error", "nightly-report", {}),
         Scenario(
@@ -113,6 +120,12 @@ def seed_demo_runs(receiver_url: str) -> list[Scenario]:
     if Run.objects.exists():
         return []
     operator = User.objects.filter(username="operator").first()
+    from runs.approvals import parse_policy
+    from runs.models import AgentApprovalPolicy
+
+    AgentApprovalPolicy.objects.get_or_create(
+        agent="auth-token-migration", defaults={"policy": parse_policy(DEMO_POLICY)}
+    )
     scenarios = demo_scenarios(receiver_url)
     for scenario in scenarios:
         run = services.run_start(
@@ -120,6 +133,9 @@ def seed_demo_runs(receiver_url: str) -> list[Scenario]:
         )
         scenario.run_id = run.id
     return scenarios
+
+
+DEMO_APPROVERS = ("approver", "reviewer", "admin")
 
 
 class DemoDriver(threading.Thread):
@@ -144,6 +160,17 @@ class DemoDriver(threading.Thread):
         finally:
             connection.close()
 
+    @staticmethod
+    def _approver(request: InputRequest) -> str | None:
+        """The first demo approver the request's policy lets approve now."""
+        from runs.approvals import why_not_decide
+
+        for name in DEMO_APPROVERS:
+            user = User.objects.filter(username=name).first()
+            if user is not None and why_not_decide(request, user) is None:
+                return name
+        return None
+
     def _step(self, scenario: Scenario) -> bool:
         """Answer the run's open question if it is the next expected; True when done."""
         if not scenario.answers:
@@ -155,10 +182,12 @@ class DemoDriver(threading.Thread):
         expected = scenario.answers[0]
         if expected == "versions" and request.kind == "input_required":
             value: dict[str, Any] = {"versions": ["v2", "v3"]}
-            who = "operator"
-        elif expected == "approve" and request.kind == "auth_required":
+            who: str | None = "operator"
+        elif expected in ("approve", "approve-one") and request.kind == "auth_required":
             value = {"decision": "approve", "comment": "Reviewed the diff; go ahead."}
-            who = "approver"
+            who = self._approver(request)
+            if who is None:
+                return False
         else:
             return False
         try:
@@ -172,5 +201,8 @@ class DemoDriver(threading.Thread):
         except HoldpointError as exc:
             logger.warning("demo: could not answer %s: %s", request.id, exc.detail)
             return False
+        request.refresh_from_db()
+        if expected == "approve" and request.status == "pending":
+            return False  # one of several approvals: the next demo approver gives the next
         scenario.answers.pop(0)
         return not scenario.answers

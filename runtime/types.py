@@ -35,10 +35,22 @@ class Approval:
     # Nobody was asked: the planned change was empty (every from equals its to). The step
     # goes on; it usually has nothing to do (the timeline says why).
     unchanged: bool = False
+    # approve | deny | respond. A response ("send back with a comment") is not an approval:
+    # ``approved`` is False and so ``denied`` is True; ``responded`` tells it apart.
+    decision: str = ""
+    # The arguments as the approvers edited them (``ctx.approve(..., editable=...)``), or
+    # None when they approved the plan as it was.
+    edited: Any = None
+    # Everyone whose approval counted, when the policy needed more than one.
+    approvers: tuple[str, ...] = ()
 
     @property
     def denied(self) -> bool:
         return not self.approved
+
+    @property
+    def responded(self) -> bool:
+        return self.decision == "respond"
 
 
 class StepError(Exception):

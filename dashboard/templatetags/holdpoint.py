@@ -40,6 +40,18 @@ def inbox_count(context: template.Context) -> int:
     return cached
 
 
+@register.simple_tag(takes_context=True)
+def browser_notifications(context: template.Context) -> str:
+    """``on`` or ``off``: whether this person wants browser notifications (their profile)."""
+    request = context.get("request")
+    if request is None or not request.user.is_authenticated:
+        return "off"
+    from runs.models import NotificationPreference
+
+    off = NotificationPreference.objects.filter(user=request.user, browser=False).exists()
+    return "off" if off else "on"
+
+
 @register.filter
 def bdi(value: Any) -> SafeString:
     """``{{ req.target|bdi }}``: agent text escaped inside ``<bdi>`` (``isolate``), so a

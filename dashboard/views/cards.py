@@ -14,6 +14,7 @@ from typing import Any
 
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from dashboard.actions import new_idempotency_key
 from dashboard.forms import ApprovalForm
@@ -22,6 +23,7 @@ from dashboard.present import (
     ContextItem,
     answer_rows,
     answer_summary,
+    before_after_diff,
     clock,
     context_items,
     decision_of,
@@ -34,8 +36,16 @@ from dashboard.present import (
 )
 from dashboard.schema_forms import SchemaForm
 from runs.access import Actor
-from runs.models import InputRequest
-from runs.selectors import inbox_for_user, permission_for_request_kind
+from runs.approvals import (
+    NotAllowed,
+    current_value,
+    editable_of,
+    eligible_approvers,
+    policy_of,
+    why_not_decide,
+)
+from runs.models import ApprovalVote, InputRequest
+from runs.selectors import inbox_for_user, notifications_summary, permission_for_request_kind
 from runs.states import RequestKind, RequestStatus
 
 logger = logging.getLogger(__name__)
@@ -109,6 +119,93 @@ def earlier_decisions(req: InputRequest) -> list[EarlierDecision]:
 
 
 @dataclass
+class Approver:
+    """One approval that counts (or counted, before an edit reset it)."""
+
+    who: str
+    when: Any
+    comment: str
+    edited: bool
+
+
+@dataclass
+class TeamView:
+    """An approval under its policy: how many approvals it needs, who gave them and when,
+    who else may decide, and the edit on the table (issue 18)."""
+
+    required: int
+    given: list[Approver]
+    reset: list[Approver]
+    others: list[str]
+    groups: list[str]
+    self_approval: bool
+    objections: list[Approver]
+    edit_diff: list[Any]
+    edited_by: str
+
+    @property
+    def needed(self) -> int:
+        return max(0, self.required - len(self.given))
+
+    @property
+    def reset_names(self) -> str:
+        return ", ".join(a.who for a in self.reset)
+
+    @property
+    def others_text(self) -> str:
+        return ", ".join(self.others)
+
+    @property
+    def progress(self) -> str:
+        """ "1 of 2 approvals: alice 10:02" (empty when one approval is all it takes)."""
+        if self.required <= 1:
+            return ""
+        names = ", ".join(f"{a.who} {clock(a.when)}" for a in self.given)
+        text = ngettext(
+            "%(n)s of %(total)s approval", "%(n)s of %(total)s approvals", self.required
+        ) % {"n": len(self.given), "total": self.required}
+        return f"{text}: {names}" if names else text
+
+
+def team_view(req: InputRequest) -> TeamView:
+    policy = policy_of(req.policy)
+    # The request counts its decisions: most cards have none, and ask nothing more.
+    votes = (
+        list(ApprovalVote.objects.select_related("user").filter(request=req)[:100])
+        if req.decisions
+        else []
+    )
+
+    def approver(vote: ApprovalVote) -> Approver:
+        name = vote.user.get_username() if vote.user is not None else vote.actor
+        return Approver(name, vote.created_at, vote.comment, vote.edited is not None)
+
+    approvals = [v for v in votes if v.decision == "approve"]
+    editors = [v for v in approvals if v.round == req.edit_round and v.edited is not None]
+    editable = editable_of(req.action)
+    diff: list[Any] = []
+    if req.edited is not None and editable is not None:
+        diff = before_after_diff(editable.value, req.edited, _("arguments"))
+    others: list[str] = []
+    restricted = policy["required"] > 1 or policy["groups"] or not policy["self_approval"]
+    if req.status == RequestStatus.PENDING and restricted:
+        # Named where the policy narrows who may decide (a plain approval says "Approvers
+        # may decide this" and needs no query of everyone who holds the permission).
+        others = [u.get_username() for u in eligible_approvers(req, limit=12)]
+    return TeamView(
+        required=policy["required"],
+        given=[approver(v) for v in approvals if v.round == req.edit_round],
+        reset=[approver(v) for v in approvals if v.round != req.edit_round],
+        others=others,
+        groups=list(policy["groups"]),
+        self_approval=bool(policy["self_approval"]),
+        objections=[approver(v) for v in votes if v.decision == "deny"],
+        edit_diff=diff,
+        edited_by=approver(editors[0]).who if editors else "",
+    )
+
+
+@dataclass
 class RequestCard:
     req: InputRequest
     origin: str  # "inbox" or "run": where the card is shown, and so what a POST returns
@@ -128,8 +225,53 @@ class RequestCard:
     context: list[ContextItem] = field(default_factory=list)
     # Earlier decisions of this run on the same tool and target (issue 15, point 3).
     earlier: list[EarlierDecision] = field(default_factory=list)
+    # The approval's policy, its approvals so far and its edit (issue 18).
+    team: TeamView | None = None
+    # The form to edit the planned arguments before approving (``action.editable``).
+    edit_form: SchemaForm | None = None
+    # Why this person may not approve (rule 11 of the UX guide: say why, not only who).
+    approve_blocked: str = ""
 
     expanded: bool = False
+
+    @property
+    def notified(self) -> list[str]:
+        """Who was told and when: "Notified 3 people 10:02", "Escalated to on-call 10:32"."""
+        lines = []
+        for row in notifications_summary(self.req):
+            when = clock(row["first_at"])
+            people = ngettext("%(n)s person", "%(n)s people", row["people"]) % {"n": row["people"]}
+            if row["groups"] and row["kind"] != "escalation":
+                people += " " + ngettext(
+                    "and %(n)s group webhook", "and %(n)s group webhooks", row["groups"]
+                ) % {"n": row["groups"]}
+            if row["kind"] == "escalation":
+                lines.append(
+                    _("Escalated to %(group)s %(when)s")
+                    % {"group": row.get("escalated_to") or "—", "when": when}
+                )
+            elif row["kind"] == "reminder":
+                lines.append(_("Reminded %(people)s %(when)s") % {"people": people, "when": when})
+            else:
+                lines.append(_("Notified %(people)s %(when)s") % {"people": people, "when": when})
+        return lines
+
+    @property
+    def edit_open(self) -> bool:
+        """Open the edit form when it has errors or an edit is already on the table."""
+        form = self.edit_form
+        return form is not None and (
+            bool(form.errors) or any(f.errors for f in form.fields()) or self.req.edited is not None
+        )
+
+    @property
+    def decided_edit_diff(self) -> list[Any]:
+        """For a decided approval: the original arguments against the approved edit."""
+        answer = self.req.answer if isinstance(self.req.answer, dict) else {}
+        editable = editable_of(self.req.action)
+        if "edited" not in answer or editable is None:
+            return []
+        return before_after_diff(editable.value, answer["edited"], _("arguments"))
 
     @property
     def deciders(self) -> str:
@@ -206,10 +348,34 @@ def card_version(req: InputRequest, *, can_answer: bool) -> str:
 
     A live page keeps a card whose version a push did not change, with whatever the
     person has typed into it (``data-version``, app.js); the consumers also compare it
-    to know which cards to send.
+    to know which cards to send. An approval's decisions so far count too: another
+    approver's approval or edit changes the card.
     """
     is_open = req.status == RequestStatus.PENDING and req.expires_at > timezone.now()
-    return f"{req.status}.{'open' if is_open else 'shut'}.{'can' if can_answer else 'cannot'}"
+    version = f"{req.status}.{'open' if is_open else 'shut'}.{'can' if can_answer else 'cannot'}"
+    if req.kind == RequestKind.AUTH_REQUIRED and is_open and req.decisions:
+        version += f".{req.edit_round}.{req.decisions}"
+    return version
+
+
+def why_not_text(why: NotAllowed, team: TeamView | None) -> str:
+    """Why this person may not decide (or approve), and who may, in the reader's language."""
+    others = ", ".join(team.others) if team is not None and team.others else ""
+    if why.reason == "not_in_group":
+        groups = ", ".join(team.groups) if team is not None else ""
+        text = _("Only members of %(groups)s may decide this approval.") % {"groups": groups}
+    elif why.reason == "self_approval":
+        text = _(
+            "You started this run or answered its last question; its policy needs someone "
+            "else to approve. You may still deny it or send it back."
+        )
+    elif why.reason == "already_approved":
+        text = _("You already approved this; it needs approvals from other people.")
+    else:
+        text = why.detail
+    if others:
+        text += " " + _("Who may approve: %(people)s.") % {"people": others}
+    return text
 
 
 def who_can_text(kind: str) -> str:
@@ -246,6 +412,23 @@ def build_card(
             card.action = describe_action(req.action)
             card.approval = ApprovalForm(data) if data is not None else ApprovalForm()
             card.earlier = earlier_decisions(req)
+            card.team = team_view(req)
+            editable = editable_of(req.action)
+            if editable is not None and req.status == RequestStatus.PENDING:
+                card.edit_form = SchemaForm(
+                    editable.schema,
+                    data,
+                    prefix=f"{req.id}-edit",
+                    initial=current_value(editable, req.edited),
+                    allow_buttons=False,
+                )
+            if card.can_answer and req.status == RequestStatus.PENDING:
+                why = why_not_decide(req, user, "approve")
+                if why is not None and why.reason == "not_in_group":
+                    card.can_answer = False
+                    card.who_can = why_not_text(why, card.team)
+                elif why is not None:
+                    card.approve_blocked = why_not_text(why, card.team)
         else:
             card.form = SchemaForm(req.accepted_schema, data, prefix=req.id)
     except Exception as exc:

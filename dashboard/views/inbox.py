@@ -16,7 +16,7 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext_lazy, ngettext
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.actions import (
@@ -35,6 +35,7 @@ from dashboard.views.cards import RequestCard, build_card, who_can_text
 from dashboard.views.runs import render_run_main, render_run_page
 from runs import services
 from runs.access import Actor
+from runs.approvals import approvals_needed
 from runs.models import InputRequest
 from runs.selectors import (
     VIEW,
@@ -265,12 +266,41 @@ def inbox_count(request: HtmxHttpRequest) -> HttpResponse:
 
 
 def _success_text(req: InputRequest, value: Any) -> str:
+    team = _team_success_text(req, value)
+    if team:
+        return team
     if req.kind == RequestKind.AUTH_REQUIRED:
         name = describe_action(req.action).name
         if isinstance(value, dict) and value.get("decision") == "approve":
             return _("Approved. The run goes on and runs %(name)s.") % {"name": name}
         return _("Denied. The run is told not to run %(name)s.") % {"name": name}
     return _("Answer sent. The run resumes in a new attempt.")
+
+
+def _team_success_text(req: InputRequest, value: Any) -> str:
+    """After a decision on an approval for a team (issue 18): one of several approvals, an
+    approval with edits, or a request sent back."""
+    if req.kind != RequestKind.AUTH_REQUIRED or not isinstance(value, dict):
+        return ""
+    name = describe_action(req.action).name
+    if req.status == RequestStatus.PENDING and value.get("decision") == "approve":
+        needed = approvals_needed(req)
+        return ngettext(
+            "Approval recorded. It needs %(n)s more approval before %(name)s runs.",
+            "Approval recorded. It needs %(n)s more approvals before %(name)s runs.",
+            needed,
+        ) % {"n": needed, "name": name}
+    if value.get("decision") == "respond":
+        return _("Sent back. The run gets your comment and decides what to do.")
+    if (
+        value.get("decision") == "approve"
+        and isinstance(req.answer, dict)
+        and "edited" in req.answer
+    ):
+        return _("Approved with edits. The run goes on and runs %(name)s as edited.") % {
+            "name": name
+        }
+    return ""
 
 
 @dashboard_view(require_view=False)
@@ -299,6 +329,11 @@ def request_answer(request: HtmxHttpRequest, run_id: str, request_id: str) -> Ht
     if card.approval is not None:
         valid = card.approval.is_valid()
         value = card.approval.value() if valid else None
+        if valid and value is not None and value["decision"] == "approve" and card.edit_form:
+            # The arguments as the form shows them: the service keeps them only when they
+            # differ from what is on the table (an unchanged form is a plain approval).
+            valid = card.edit_form.is_valid()
+            value["edited"] = card.edit_form.value
     elif card.form is not None:
         valid = card.form.is_valid()
         value = card.form.value
@@ -327,6 +362,16 @@ def request_answer(request: HtmxHttpRequest, run_id: str, request_id: str) -> Ht
     req.refresh_from_db()
     if outcome.ok:
         return _reply(request, req, origin=origin, status=200, message=_success_text(req, value))
+    edit_errors = [
+        {**e, "pointer": e["pointer"].removeprefix("/edited") or "/"}
+        for e in outcome.extra.get("errors") or []
+        if outcome.code == "invalid_input" and str(e.get("pointer", "")).startswith("/edited")
+    ]
+    if edit_errors and card.edit_form is not None:
+        card.edit_form.add_errors(edit_errors)
+        card.message = _("Check the highlighted fields. Nothing was sent to the run.")
+        card.message_level = "error"
+        return _invalid_reply(request, card)
     if outcome.code == "invalid_input" and outcome.extra.get("errors") and card.form is not None:
         # The service's schema check is the last word; show its errors like ours.
         card.form.add_errors(outcome.extra["errors"])

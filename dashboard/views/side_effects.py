@@ -109,6 +109,13 @@ def _run_label(run_id: str) -> str:
     return run_label(found[0], found[1], run_id) if found else run_id
 
 
+def _approval_edit_diff(approval: Any) -> list[Any]:
+    """An approval that edited the plan (issue 18): the plan against what was approved."""
+    if not isinstance(approval, dict) or "edited" not in approval:
+        return []
+    return before_after_diff(approval.get("original"), approval["edited"], _("request"))
+
+
 def _row(effect_row: dict[str, Any], *, user: Actor, origin: str, **extra: Any) -> dict[str, Any]:
     """A side effect as the templates show it, with fresh form keys for its actions."""
     row = dict(effect_row)
@@ -128,6 +135,7 @@ def _row(effect_row: dict[str, Any], *, user: Actor, origin: str, **extra: Any) 
         request_text=as_text(row["request"]) if row["request"] else "",
         can_act=user.has_perm(RETRY),
         approval_at=parse_time((row.get("approval") or {}).get("at")),
+        approval_edit_diff=_approval_edit_diff(row.get("approval")),
         run_label=_run_label(row["run_id"]),
         reconcile_key=new_idempotency_key(),
         compensate_key=new_idempotency_key(),

@@ -23,6 +23,7 @@ from ledger.services.intents import (
     approval_for,
     approved_action_hash,
     decision_for,
+    edited_idempotency_key,
     side_effect_begin,
 )
 from ledger.services.outcomes import (
@@ -49,6 +50,7 @@ __all__ = [
     "compensation_key_for",
     "compensation_preview",
     "decision_for",
+    "edited_idempotency_key",
     "idempotency_key_for",
     "needs_reconciliation_q",
     "side_effect_begin",

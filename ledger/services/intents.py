@@ -44,7 +44,7 @@ from ledger.services._common import (
 )
 from ledger.tools import ActionFailed, Tool, can_compensate, get_tool, request_errors
 from runs.errors import HoldpointError
-from runs.models import Attempt, InputRequest, Run
+from runs.models import ApprovalVote, Attempt, InputRequest, Run
 from runs.schemas import canonical_json
 from runs.services import lock_for_worker_write
 from runs.states import RequestKind, RequestStatus
@@ -131,14 +131,24 @@ def approved_action_hash(action: Any, answer: Any = None) -> str | None:
     """The hash of what an ``auth_required`` request's approver saw and approved.
 
     ``action`` is the request's ``{tool, target, change, …}`` as shown on the card;
-    its ``change`` is the request the tool will be given. (An approval that edits the
-    request would cover the edited request: ``answer`` is passed for that.)
+    its ``change`` is the request the tool will be given. An approval that edited the
+    request (``answer.edited``) covers the edited request and not the plan.
     """
     if not isinstance(action, dict) or not action.get("tool"):
         return None
+    request = action.get("change")
+    if isinstance(answer, dict) and answer.get("decision") == "approve" and "edited" in answer:
+        request = answer["edited"]
     return action_hash(
-        tool=str(action["tool"]), target=str(action.get("target", "")), request=action.get("change")
+        tool=str(action["tool"]), target=str(action.get("target", "")), request=request
     )
+
+
+def edited_idempotency_key(*, run_id: str, step_id: str, tool: str, request: Any) -> str:
+    """The key of a call an approver edited: its own, never the plan's (the plan was not
+    approved and must not be taken for it by the external system or the ledger)."""
+    digest = hashlib.sha256(canonical_json(redact_request(request)).encode()).hexdigest()[:12]
+    return f"{idempotency_key_for(run_id=run_id, step_id=step_id, tool=tool)}.e{digest}"
 
 
 def approval_for(run: Run, *, step_id: str, tool: str, target: str, request: Any) -> dict[str, Any]:
@@ -187,6 +197,7 @@ def approval_for(run: Run, *, step_id: str, tool: str, target: str, request: Any
             "comment": str(answer.get("comment") or ""),
             "at": request.answered_at.isoformat() if request.answered_at else None,
             "action_hash": wanted,
+            **_edit_facts(request, answer),
         }
     extra: dict[str, Any] = {
         "step_id": step_id,
@@ -197,6 +208,34 @@ def approval_for(run: Run, *, step_id: str, tool: str, target: str, request: Any
     }
     if request is not None:
         extra.update(request_id=request.id, denied_by=who)
+    # Approved with edits (issue 18): the plan itself is not approved, the edit is. Say so,
+    # and how to run the edit, to a worker that began with the plan (the in-process SDK
+    # begins with the edit at once).
+    edited = next(
+        (
+            r
+            for r in answered
+            if approved_action_hash(r.action) == wanted
+            and isinstance(r.answer, dict)
+            and r.answer.get("decision") == "approve"
+            and "edited" in r.answer
+        ),
+        None,
+    )
+    if edited is not None and isinstance(edited.answer, dict):
+        extra.update(
+            request_id=edited.id,
+            edited=edited.answer["edited"],
+            edited_idempotency_key=edited_idempotency_key(
+                run_id=run.id, step_id=step_id, tool=tool, request=edited.answer["edited"]
+            ),
+        )
+        raise HoldpointError(
+            "approval_required",
+            f"{tool} on {target} was approved with edits: begin again with the edited "
+            "request and its own idempotency_key (edited, edited_idempotency_key).",
+            **extra,
+        )
     raise HoldpointError(
         "approval_required",
         f"{tool} on {target} cannot be undone; step {step_id!r} needs an approval first.",
@@ -287,7 +326,34 @@ def approval_record(
         "by": request.answered_by.get_username() if request.answered_by is not None else None,
         "comment": str(answer.get("comment") or ""),
         "at": request.answered_at.isoformat() if request.answered_at else None,
+        **_edit_facts(request, answer),
     }
+
+
+def _edit_facts(request: InputRequest, answer: dict[str, Any]) -> dict[str, Any]:
+    """For the audit trail: what the approval covered when an approver edited the plan
+    (the original next to the edit), and everyone whose approval counted."""
+    facts: dict[str, Any] = {}
+    if isinstance(answer.get("approvers"), list):
+        facts["approvers"] = answer["approvers"]
+    if "edited" in answer:
+        action = request.action if isinstance(request.action, dict) else {}
+        found = action.get("editable")
+        editable: dict[str, Any] = found if isinstance(found, dict) else {}
+        facts["edited"] = answer["edited"]
+        facts["original"] = editable.get("value", action.get("change"))
+        editor = (
+            ApprovalVote.objects.filter(request=request, round=request.edit_round)
+            .exclude(edited__isnull=True)
+            .select_related("user")
+            .order_by("created_at", "id")
+            .first()
+        )
+        if editor is not None:
+            facts["edited_by"] = (
+                editor.user.get_username() if editor.user is not None else editor.actor
+            )
+    return facts
 
 
 def _approval(

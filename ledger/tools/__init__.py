@@ -21,6 +21,9 @@ and optionally
 - ``request_schema``: the JSON Schema of ``request``. The ledger checks every request
   against it before anything is written (``request_errors``), so a mistyped field is
   refused with a pointer to it (docs/tools.md documents each shipped tool's schema).
+- ``edit_schema`` (optional): the form a person approving an irreversible call may edit
+  the request in before approving (the edited request is what runs, and must still fit
+  ``request_schema``). The e-mail tool has one.
 
 ``execute``, ``lookup`` and ``compensate`` raise ``OutcomeUnknown`` when they cannot
 tell whether the action happened (a timeout after the request was sent), and

@@ -92,6 +92,24 @@ class EmailTool:
     request_schema = REQUEST_SCHEMA
     reversibility = "irreversible"
     can_look_up = False
+    # What an approver may edit before approving a message (the card's form: a simpler
+    # shape than ``request_schema``, which the edited request must still fit, and the
+    # tool's own ``validate`` checks before anything is written).
+    edit_schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "to": {
+                "type": "array",
+                "title": "To",
+                "items": {"type": "string", "format": "email", "maxLength": 254},
+                "minItems": 1,
+                "maxItems": 50,
+            },
+            "subject": {"type": "string", "title": "Subject", "minLength": 1, "maxLength": 500},
+            "body": {"type": "string", "title": "Body", "maxLength": 20000},
+        },
+        "required": ["to", "subject"],
+    }
 
     def __init__(self, *, name: str = "email") -> None:
         self.name = name

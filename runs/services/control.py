@@ -30,6 +30,7 @@ from runs.services._base import (
     queue_attempt,
     user_or_none,
 )
+from runs.services.approvals import answered_payload, approval_decide
 from runs.states import (
     ANSWERABLE,
     TERMINAL,
@@ -163,6 +164,15 @@ def run_resume(
                 "Continuing a paused run takes no value.",
                 errors=[{"pointer": "/", "message": "must be null or absent"}],
             )
+    elif request.kind == RequestKind.AUTH_REQUIRED:
+        # Under the approval's policy (runs/services/approvals.py): this decision may be
+        # one of several the request needs, and then it stays pending.
+        actor = actor or actor_for(user)
+        decided = approval_decide(run, request, value, user=user, actor=actor)
+        if decided is None:
+            run.save()
+            return run
+        value = decided
     else:
         validate_value(request.accepted_schema, value, what="answer")
     actor = actor or actor_for(user)
@@ -176,7 +186,12 @@ def run_resume(
             run,
             EventType.REQUEST_ANSWERED,
             actor,
-            {"request_id": request.id, "kind": request.kind, "answer": value},
+            {
+                "request_id": request.id,
+                "kind": request.kind,
+                "answer": value,
+                **answered_payload(request, value),
+            },
         )
     run.status = next_status(run.status, "resume")
     run.pending_request = None

@@ -18,6 +18,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from runs.agents import agent_spec
+from runs.approvals import check_editable
 from runs.clock import db_now, row_now, with_db_now
 from runs.errors import HoldpointError
 from runs.events import EventType, append_event
@@ -39,6 +40,8 @@ from runs.services._base import (
     set_attempt_cost,
     user_or_none,
 )
+from runs.services.approvals import policy_for_request
+from runs.services.notifications import outbox_for_request
 from runs.states import (
     AttemptReason,
     AttemptStatus,
@@ -550,6 +553,8 @@ def attempt_interrupt(
             raise HoldpointError(
                 "invalid_input", "An approval needs an action with at least its tool."
             )
+        if "editable" in action:
+            action = {**action, "editable": check_editable(action["editable"])}
     else:
         schema = compile_schema(accepted_schema)
     if context is not None and not isinstance(context, dict):
@@ -580,8 +585,11 @@ def attempt_interrupt(
         accepted_schema=schema,
         context=context or {},
         action=action or {},
+        policy=policy_for_request(run.agent, action) if kind == RequestKind.AUTH_REQUIRED else {},
         expires_at=deadline,
     )
+    # The people who may answer are owed a message: the outbox rows commit with the request.
+    outbox_for_request(request, now)
     attempt.status = AttemptStatus.INTERRUPTED
     attempt.ended_at = now
     attempt.lease_expires_at = None

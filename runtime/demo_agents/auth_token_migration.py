@@ -109,6 +109,8 @@ def choose(ctx: Context, state: dict[str, Any]) -> Next | Done:
             "config_version": config["version"],
             "available_versions": available,
             "accepted_now": config["content"]["accepted_versions"],
+            # An approver sent the last plan back with this comment (issue 18).
+            **({"approver_feedback": state["feedback"]} if state.get("feedback") else {}),
         },
     )
     if ctx.changed("config"):
@@ -130,6 +132,8 @@ def approve(ctx: Context, state: dict[str, Any]) -> Next | Done:
         raise Deterministic(f"{document} was deleted")
     # The key names the version the approval is about: if someone edits the config while
     # the approval is pending, the re-run asks about the change it would now make.
+    # The approver may edit the versions before approving (the card's form), or send the
+    # plan back with a comment: then the step asks again which versions to keep.
     approval = ctx.approve(
         "update_auth_config",
         document,
@@ -143,14 +147,27 @@ def approve(ctx: Context, state: dict[str, Any]) -> Next | Done:
         expires_in=24 * 3600,
         tool="config_store",
         key=f"approve-v{config['version']}",
+        editable={"accepted_versions": "string[]"},
+        arguments={"accepted_versions": state["keep"]},
     )
     if approval.unchanged:
         # The config already accepts exactly these versions: nothing to write or announce.
         return ctx.done({"changed": False, "accepted_versions": state["keep"]})
+    if approval.responded:
+        ctx.log(f"update_auth_config sent back by {approval.answered_by}: {approval.comment}")
+        return ctx.next("choose", {"document": document, "feedback": approval.comment})
     if approval.denied:
         ctx.log(f"update_auth_config denied by {approval.answered_by}: {approval.comment}")
         return ctx.done({"changed": False, "denied_by": approval.answered_by})
-    content = {**config["content"], "accepted_versions": state["keep"]}
+    keep = state["keep"]
+    if approval.edited is not None:
+        keep = sorted(set(approval.edited["accepted_versions"]))
+        unknown = [v for v in keep if v not in config["content"]["token_versions"]]
+        if unknown:
+            raise UnknownTokenVersion(f"the approved edit names unknown versions {unknown}")
+        ctx.log(f"update_auth_config approved with edits: accepted versions {keep}")
+    state = {**state, "keep": keep}
+    content = {**config["content"], "accepted_versions": keep}
     return ctx.next("write", {**state, "content": content, "base_version": config["version"]})
 
 

@@ -109,6 +109,110 @@
     copy.focus();
   });
 
+  // --- Edit before approving: which planned arguments the person changed, said as they type. ---
+  // The server compares the submitted arguments with the plan again; this is only the live view.
+  function editValues(box) {
+    var values = {};
+    box.querySelectorAll("input[name], textarea[name], select[name]").forEach(function (el) {
+      if (el.disabled) return;
+      if ((el.type === "checkbox" || el.type === "radio") && !el.checked) {
+        values[el.name] = values[el.name] || [];
+        return;
+      }
+      (values[el.name] = values[el.name] || []).push(String(el.value).trim());
+    });
+    return values;
+  }
+  function fieldLabel(box, name) {
+    var el = box.querySelector('[name="' + name.replace(/"/g, "") + '"]');
+    var field = el && el.closest(".field, .field-group");
+    var label = field && field.querySelector("label, legend, .label");
+    return label ? label.textContent.replace(/[*\s]+$/, "").trim() : name;
+  }
+  function showEdits(box) {
+    var note = box.querySelector("[data-edit-diff]");
+    if (!note || !box._planned) return;
+    var now = editValues(box);
+    var changed = [];
+    Object.keys(Object.assign({}, box._planned, now)).forEach(function (name) {
+      var was = (box._planned[name] || []).filter(Boolean).join("\n");
+      var is = (now[name] || []).filter(Boolean).join("\n");
+      var field = box.querySelector('[name="' + name.replace(/"/g, "") + '"]');
+      var holder = field && field.closest(".field, .field-group");
+      if (holder) holder.classList.toggle("is-edited", was !== is);
+      if (was !== is) changed.push(fieldLabel(box, name) + ": " + (was || "—") + " → " + (is || "—"));
+    });
+    note.textContent = changed.length
+      ? (note.dataset.changedText || gettext("Changed from what is planned:")) + " " + changed.join("; ")
+      : note.dataset.unchangedText || gettext("Unchanged: approving approves the plan as shown.");
+    note.classList.toggle("has-edits", changed.length > 0);
+  }
+  htmx.onLoad(function (root) {
+    if (!root || !root.querySelectorAll) return;
+    root.querySelectorAll("[data-edit-args]").forEach(function (box) {
+      box._planned = editValues(box);
+      showEdits(box);
+    });
+  });
+  ["input", "change"].forEach(function (type) {
+    document.addEventListener(type, function (event) {
+      var box = event.target.closest && event.target.closest("[data-edit-args]");
+      if (box) showEdits(box);
+    });
+  });
+  document.addEventListener("click", function (event) {
+    var box = event.target.closest && event.target.closest("[data-edit-args]");
+    if (box && event.target.closest("[data-add-item]")) setTimeout(function () { showEdits(box); }, 0);
+  });
+
+  // --- Told while away: a count in the tab title and a browser notification (issue 18). ----
+  // Only while the tab is in the background and the person has not switched it off on their
+  // profile; the live socket keeps the inbox badge current, this reads it.
+  var baseTitle = document.title;
+  var shownCount = null;
+  function badgeCount() {
+    var badge = document.getElementById("inbox-count");
+    var n = badge ? parseInt(badge.textContent, 10) : NaN;
+    return isNaN(n) ? null : n;
+  }
+  function wantsBrowser() {
+    return document.body && document.body.dataset.notifyBrowser === "on";
+  }
+  function onBadge() {
+    var n = badgeCount();
+    if (n === null) return;
+    var grew = shownCount !== null && n > shownCount;
+    shownCount = n;
+    if (!document.hidden || !wantsBrowser()) return;
+    document.title = n > 0 ? "(" + n + ") " + baseTitle : baseTitle;
+    if (grew && "Notification" in window && window.Notification.permission === "granted") {
+      var text = document.body.dataset.notifyText || gettext("Holdpoint: {} waiting for a person");
+      try {
+        new window.Notification(text.replace("{}", String(n)), { tag: "holdpoint-inbox" });
+      } catch (e) {
+        /* Some browsers only notify from a service worker: the title still counts. */
+      }
+    }
+  }
+  document.addEventListener("htmx:oobAfterSwap", onBadge);
+  document.addEventListener("visibilitychange", function () {
+    if (!document.hidden) document.title = baseTitle;
+    shownCount = badgeCount();
+  });
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", function () { baseTitle = document.title; shownCount = badgeCount(); });
+  } else {
+    shownCount = badgeCount();
+  }
+  document.addEventListener("click", function (event) {
+    var ask = event.target.closest && event.target.closest("[data-ask-notifications]");
+    if (!ask || !("Notification" in window)) return;
+    window.Notification.requestPermission().then(function (answer) {
+      var state = document.querySelector("[data-notification-state]");
+      if (state) state.textContent = answer === "granted" ? ask.dataset.grantedText : ask.dataset.deniedText;
+    });
+  });
+
   // --- Ctrl/Cmd+Enter submits the focused card's form (docs/dashboard.md). Approvals are excluded: -----
   // --- approving takes a deliberate click on a button that names what it does. ------------
   document.addEventListener("keydown", function (event) {
@@ -147,6 +251,10 @@
       if (event.submitter && event.submitter.name && event.submitter.name.indexOf("answer") === 0) return;
       form.querySelectorAll("[data-client-error]").forEach(function (el) { el.remove(); });
       var empty = emptyRequired(form);
+      if (event.submitter && event.submitter.value !== "approve") {
+        // Denying or sending back ignores the edit form: only an approval carries edits.
+        empty = empty.filter(function (field) { return !field.closest("[data-edit-args]"); });
+      }
       if (!empty.length) return;
       event.preventDefault();
       event.stopImmediatePropagation();

@@ -200,3 +200,107 @@ def test_it_counts_config_store_writes_and_mails_against_the_ledger(tmp_path) ->
     once, in_ledger = check()
     assert once.violations == 1 and "e-mail" in once.examples[0]
     assert in_ledger.violations == 1 and "stray-key" in in_ledger.examples[0]
+
+
+def test_it_counts_notifications_sent_twice_and_lost(tmp_path, settings) -> None:
+    from django.contrib.auth.models import User
+
+    from ledger.notifications import _send_email, notifications_send
+    from runs.models import Notification
+    from tests.conftest import _user
+    from tests.runs.factory import interrupted
+
+    mail_dir = tmp_path / "mail"
+    settings.EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
+    settings.EMAIL_FILE_PATH = str(mail_dir)
+    settings.HOLDPOINT_NOTIFY_WEBHOOKS = {}
+    alice: User = _user("alice", "approver")
+    alice.email = "alice@example.com"
+    alice.save()
+    _run, _lease, _cp, req = interrupted(kind="auth_required")
+    assert notifications_send() == 1
+
+    def check() -> tuple[invariants.Check, invariants.Check]:
+        once, kept = invariants.notifications(_conn(), {}, mail_dir)
+        return once, kept
+
+    once, kept = check()
+    assert (once.checked, once.violations) == (1, 0)
+    assert kept.checked == 2 and kept.violations == 0  # the reminder is not due yet
+    # Notification e-mails are not side effects: the ledger's mail check leaves them out.
+    assert invariants.mailed_keys(mail_dir) == ([], 0)
+
+    # A sender that sent and then died before recording it, and its successor sending again.
+    row = Notification.objects.select_related("request", "request__run", "user").get(
+        request=req, kind="pending"
+    )
+    from django.utils import timezone
+
+    _send_email([row], timezone.now())
+    once, kept = check()
+    assert once.violations == 1 and "sent 2 times" in once.examples[0]
+
+    # A row recorded sent that nobody received, and one that failed for good.
+    Notification.objects.filter(request=req, kind="reminder").update(
+        status="sent", message_key="never-sent"
+    )
+    once, kept = check()
+    assert kept.violations == 1 and "never received" in kept.examples[0]
+    Notification.objects.filter(request=req, kind="reminder").update(status="failed")
+    once, kept = check()
+    assert kept.violations == 1 and "failed for good" in kept.examples[0]
+
+
+def test_it_finds_a_due_notification_never_sent_and_leaves_webhook_keys_to_it() -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from runs.models import Notification
+    from tests.runs.factory import interrupted
+
+    _run, _lease, _cp, req = interrupted(kind="auth_required")
+    Notification.objects.create(
+        key=f"{req.id}:group:admin:pending",
+        request=req,
+        kind="pending",
+        channel="webhook",
+        group="admin",
+        due_at=timezone.now() - timedelta(minutes=5),
+    )
+    _once, kept = invariants.notifications(_conn(), {}, Path("/nonexistent"))
+    assert kept.violations == 1 and "due and never sent" in kept.examples[0]
+    posts = {f"{req.id}:group:admin:pending": [1.0]}
+    _once, kept = invariants.notifications(_conn(), posts, Path("/nonexistent"))
+    assert kept.violations == 0
+    # The ledger's delivery check does not take a notification key for a side effect.
+    assert all(c.violations == 0 for c in invariants.deliveries(_conn(), posts, 0))
+
+
+def test_a_notification_a_sweeper_holds_is_in_flight_not_lost() -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from runs.models import Notification
+    from tests.runs.factory import interrupted
+
+    _run, _lease, _cp, req = interrupted(kind="auth_required")
+    row = Notification.objects.create(
+        key=f"{req.id}:group:admin:pending",
+        request=req,
+        kind="pending",
+        channel="webhook",
+        group="admin",
+        due_at=timezone.now() - timedelta(minutes=5),
+        status="sending",
+        attempts=1,
+        locked_until=timezone.now() + timedelta(seconds=60),
+    )
+    _once, kept = invariants.notifications(_conn(), {}, Path("/nonexistent"))
+    assert kept.violations == 0
+    Notification.objects.filter(pk=row.pk).update(
+        locked_until=timezone.now() - timedelta(seconds=1)
+    )
+    _once, kept = invariants.notifications(_conn(), {}, Path("/nonexistent"))
+    assert kept.violations == 1 and "(sending, 1 attempts)" in kept.examples[0]

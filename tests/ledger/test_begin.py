@@ -322,3 +322,57 @@ def test_the_retry_preview_and_begin_read_one_decision_table() -> None:
         "compensated": "act",
     }
     assert decision_for(None) == "act"
+
+
+def test_a_worker_that_begins_with_the_plan_approved_with_edits_is_told_how_to_run_the_edit(
+    approver, mailbox: list
+) -> None:
+    """An HTTP worker (no SDK) begins with the planned request after an approval with
+    edits: the ledger refuses the plan and names the edit and the key to run it under."""
+    run = start()
+    lease = claim()
+    cp = services.checkpoint_save(**epochs(lease), step="announce", state={})
+    plan = {"to": ["ops@example.com"], "subject": "deploy done"}
+    edit = {"to": ["oncall@example.com"], "subject": "deploy done"}
+    request = services.attempt_interrupt(
+        **epochs(lease),
+        checkpoint_id=cp.id,
+        kind="auth_required",
+        prompt="Send?",
+        step_id="announce",
+        action={
+            "tool": "email",
+            "target": "ops@example.com",
+            "change": plan,
+            "reversibility": "irreversible",
+            "editable": {"schema": {"type": "object"}, "value": plan},
+        },
+    )
+    services.run_resume(
+        run_id=run.id,
+        request_id=request.id,
+        checkpoint_id=cp.id,
+        value={"decision": "approve", "edited": edit},
+        user=approver,
+    )
+    lease = claim()
+    with pytest.raises(HoldpointError) as exc:
+        begin(lease, step="announce", tool="email", target="ops@example.com", request=plan)
+    assert exc.value.code == "approval_required"
+    assert exc.value.extra["edited"] == edit
+    key = exc.value.extra["edited_idempotency_key"]
+    assert key == ledger.edited_idempotency_key(
+        run_id=run.id, step_id="announce", tool="email", request=edit
+    )
+    answer = begin(
+        lease,
+        step="announce",
+        tool="email",
+        target="ops@example.com",
+        request=edit,
+        idempotency_key=key,
+    )
+    assert answer.decision == "act" and answer.idempotency_key == key
+    effect = SideEffect.objects.get(pk=answer.operation_id)
+    assert effect.approval["original"] == plan and effect.approval["edited"] == edit
+    assert effect.approval["by"] == "alice" and effect.approval["edited_by"] == "alice"

@@ -130,6 +130,12 @@ def test_make_run_serves_the_demo_and_keeps_it_across_a_restart(
         assert not missing, f"not shown: {missing}; seen {states}"
         page.goto(f"{server.url}/side-effects/")
         assert "analytics" in page.content()  # the webhook whose outcome is unknown
+        # Issue 18: a config change two people must approve, the first approval given,
+        # editable before approving.
+        page.goto(f"{server.url}/?tab=all")
+        team = page.locator("[data-team]").filter(has_text="1 of 2 approvals: approver")
+        assert team.count() >= 1, "no approval showing 1 of 2 approvals"
+        assert page.locator("[data-edit-args]").count() >= 1
         shots = ROOT / "test-output" / "screenshots"
         shots.mkdir(parents=True, exist_ok=True)
         page.goto(f"{server.url}/runs/")
@@ -138,6 +144,8 @@ def test_make_run_serves_the_demo_and_keeps_it_across_a_restart(
     finally:
         output = server.stop()
     assert "stopped; leases released" in output
+    # The people who may answer were told by e-mail (the console mail backend).
+    assert "Subject: [Holdpoint]" in output and "To: " in output
 
     again = Server(tmp_path)
     try:

@@ -53,7 +53,7 @@ def interrupted(
     lease = claim()
     cp = services.checkpoint_save(**epochs(lease), step="ask", state={"seen": 1})
     extra: dict[str, Any] = {}
-    if kind == "auth_required":
+    if kind == "auth_required" and "action" not in kw:
         extra["action"] = {"tool": "config_store", "target": "staging/auth/config"}
     request = services.attempt_interrupt(
         **epochs(lease),

@@ -120,7 +120,11 @@ def test_it_interrupts_with_a_compiled_compact_schema() -> None:
 def test_it_interrupts_for_approval_with_the_decision_schema() -> None:
     run, _lease, _cp, request = interrupted(kind="auth_required", schema={})
     assert run.status == "auth_required"
-    assert request.accepted_schema["properties"]["decision"]["enum"] == ["approve", "deny"]
+    assert request.accepted_schema["properties"]["decision"]["enum"] == [
+        "approve",
+        "deny",
+        "respond",
+    ]
     assert request.action["target"] == "staging/auth/config"
 
 

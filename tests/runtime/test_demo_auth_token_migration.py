@@ -122,3 +122,35 @@ def test_an_unknown_version_stops_the_run(store) -> None:
     run = fresh(run)
     assert (run.status, run.failure_class) == ("failed", "deterministic")
     assert "v9" in run.failure_detail
+
+
+def test_an_approver_edits_the_versions_and_the_edit_is_written(store) -> None:
+    run = services.run_start(
+        agent=agent.name,
+        input={"notify": "a@example.com"},
+        approvals=["notify.email"],
+        user=preapprover(),
+    )
+    run_next(agent)
+    answer(run, {"versions": ["v2", "v3"]})
+    run_next(agent)
+    approval = pending(run)
+    assert approval.action["editable"]["value"] == {"accepted_versions": ["v2", "v3"]}
+    answer(run, {"decision": "approve", "edited": {"accepted_versions": ["v3"]}})
+    # The write and the e-mail (approved at start) follow in the same attempt.
+    assert run_next(agent) == Outcome.SUCCEEDED
+    assert fresh(run).result["accepted_versions"] == ["v3"]
+    assert store.read(DOCUMENT).content["accepted_versions"] == ["v3"]
+
+
+def test_a_plan_sent_back_asks_again_with_the_approvers_comment(store) -> None:
+    run = services.run_start(agent=agent.name, input={"notify": "a@example.com"})
+    run_next(agent)
+    answer(run, {"versions": ["v2"]})
+    run_next(agent)
+    answer(run, {"decision": "respond", "comment": "keep v3 too"})
+    assert run_next(agent) == Outcome.INTERRUPTED
+    again = pending(run)
+    assert again.kind == "input_required"
+    assert again.context["approver_feedback"] == "keep v3 too"
+    assert store.read(DOCUMENT).version == 1

@@ -207,7 +207,7 @@ def test_a_retry_after_a_denial_asks_again(make_agent) -> None:
 
     run = services.run_start(agent=agent.name, input={})
     run_next(agent)
-    answer(run, {"decision": "deny"})
+    answer(run, {"decision": "deny", "comment": "not now"})
     assert run_next(agent) == Outcome.FAILED
     assert fresh(run).failure_class == "denied"
     services.run_retry(run_id=run.id, reason="asked the DBA again")

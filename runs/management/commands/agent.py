@@ -7,6 +7,12 @@
     python manage.py agent pause triage --reason "model misbehaves, INC-42"
     python manage.py agent unpause triage --reason "rolled back"
 
+    python manage.py agent policy deploy --required 2 --groups approvers --self-approval no
+    python manage.py agent policy deploy --file policy.json     (rules per tool/target)
+    python manage.py agent policy deploy --clear                (back to the agent's code)
+
+``policy`` shows or sets who may approve the agent's approvals and how many must (an
+operator's policy overrides the one in the agent's code; docs/agents.md).
 ``pause`` closes the agent's gate (the kill switch): nothing of it is claimed and every
 running attempt stops at its next step boundary; ``unpause`` lets its runs go on.
 """
@@ -21,10 +27,17 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.core.validators import validate_slug
 
-from runs.agents import RetryPolicy, all_agent_specs, python_agent_specs
+from runs.agents import (
+    RetryPolicy,
+    agent_spec,
+    all_agent_specs,
+    approval_policy_for,
+    python_agent_specs,
+)
+from runs.approvals import parse_policy
 from runs.errors import HoldpointError
 from runs.migrated import require_migrated
-from runs.models import DeclaredAgent
+from runs.models import AgentApprovalPolicy, DeclaredAgent
 from runs.schemas import compile_schema
 from runs.selectors import agent_overview
 from runs.services import agent_pause, agent_unpause
@@ -65,6 +78,14 @@ class Command(BaseCommand):
         unpause = sub.add_parser("unpause", help="Let a paused agent's runs go on.")
         unpause.add_argument("name")
         unpause.add_argument("--reason", default="")
+        policy = sub.add_parser("policy", help="Show or set an agent's approval policy.")
+        policy.add_argument("name")
+        policy.add_argument("--file", metavar="FILE", help="The whole policy, a JSON object.")
+        policy.add_argument("--groups", help="Comma-separated groups that may decide.")
+        policy.add_argument("--required", type=int, help="Distinct approvals needed (N).")
+        policy.add_argument("--self-approval", choices=["yes", "no", "default"])
+        policy.add_argument("--any-deny-closes", choices=["yes", "no"])
+        policy.add_argument("--clear", action="store_true", help="Remove the operator's policy.")
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
         require_migrated()
@@ -75,6 +96,8 @@ class Command(BaseCommand):
             if not deleted:
                 raise CommandError(f"There is no declared agent named {options['name']!r}.")
             self.stdout.write(f"Removed agent {options['name']!r}.")
+        elif action == "policy":
+            self._policy(options)
         elif action in ("pause", "unpause"):
             self._gate(action, options["name"], options["reason"])
         else:
@@ -99,6 +122,39 @@ class Command(BaseCommand):
             )
         else:
             self.stdout.write(f"Unpaused agent {name!r}: its runs go on.")
+
+    def _policy(self, options: dict[str, Any]) -> None:
+        name = options["name"]
+        try:
+            agent_spec(name)
+        except HoldpointError as exc:
+            raise CommandError(exc.detail) from None
+        if options["clear"]:
+            AgentApprovalPolicy.objects.filter(agent=name).delete()
+        changes: dict[str, Any] = {}
+        if options["groups"] is not None:
+            changes["groups"] = [g.strip() for g in options["groups"].split(",") if g.strip()]
+        if options["required"] is not None:
+            changes["required"] = options["required"]
+        if options["self_approval"]:
+            # "default": not for irreversible effects, yes for the rest.
+            changes["self_approval"] = {"yes": True, "no": False}.get(options["self_approval"])
+        if options["any_deny_closes"]:
+            changes["any_deny_closes"] = options["any_deny_closes"] == "yes"
+        if options["file"] or changes:
+            base = _read_json(options["file"], "policy") if options["file"] else None
+            if base is None:
+                base, _source = approval_policy_for(name)
+            if not isinstance(base, dict):
+                raise CommandError("The policy must be a JSON object.")
+            try:
+                checked = parse_policy({**base, **changes})
+            except ValueError as exc:
+                raise CommandError(f"The approval policy is not valid: {exc}.") from None
+            AgentApprovalPolicy.objects.update_or_create(agent=name, defaults={"policy": checked})
+        policy, source = approval_policy_for(name)
+        self.stdout.write(f"{name}: approval policy from {source}")
+        self.stdout.write(json.dumps(policy, indent=2, sort_keys=True))
 
     def _declare(self, options: dict[str, Any]) -> None:
         name = options["name"]

@@ -24,7 +24,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from runs.migrated import require_migrated
 from runtime.demo_receiver import DemoReceiver
-from runtime.demo_seed import DemoDriver, ensure_demo_accounts, seed_demo_runs
+from runtime.demo_seed import DEMO_ACCOUNTS, DemoDriver, ensure_demo_accounts, seed_demo_runs
 from runtime.devloop import hold_worker_lock
 from runtime.worker import WorkerPool
 
@@ -138,14 +138,12 @@ class Command(BaseCommand):
         if password:
             lines += [
                 "  accounts (shown once; change with `python manage.py changepassword NAME`):",
-                *(
-                    f"    {name:<9} {password}"
-                    for name in ("operator", "approver", "viewer", "admin")
-                ),
+                *(f"    {name:<9} {password}" for name in DEMO_ACCOUNTS),
             ]
         elif demo:
             lines.append(
-                "  accounts: operator, approver, viewer, admin (password shown at first start)"
+                "  accounts: operator, approver, reviewer, viewer, admin (password shown at "
+                "first start)"
             )
         lines.append("  Ctrl-C stops cleanly.")
         self.stdout.write("\n".join(lines) + "\n")

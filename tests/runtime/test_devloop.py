@@ -149,6 +149,8 @@ def test_on_sqlite_one_process_runs_workers_and_the_dashboard_runs_beside_it(
     web, web_log = spawn("serve", "--workers", "0", "--no-demo", "--port", str(port))
     wait_for(lambda: "Holdpoint is running" in web_log.read_text(), 60, "serve --workers 0")
     assert "no workers: run `python manage.py runagents --reload` beside it" in web_log.read_text()
+    # The banner is printed before daphne listens: wait for the port, then ask.
+    wait_for(lambda: "Listening on TCP address" in web_log.read_text(), 60, "the web port")
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as reply:
         assert reply.status == 200
     # The workers of the other process run what the CLI starts.

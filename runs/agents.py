@@ -83,6 +83,8 @@ class AgentSpec:
     source: str = "python"
     # A template over the run's input, e.g. "Migrate {service}" (see ``run_label``).
     label: str = ""
+    # A declared agent's current version (None for a Python agent).
+    version: int | None = None
 
 
 _registry: dict[str, AgentSpec] = {}
@@ -117,6 +119,8 @@ def agent_spec(name: str) -> AgentSpec:
         tools=tuple(declared.tools or ()),
         description=declared.description,
         source="declared",
+        label=declared.label,
+        version=declared.version,
     )
 
 

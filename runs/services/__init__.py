@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from runs.services._base import UserLike, actor_for, lock_for_worker_write, lock_run, user_or_none
+from runs.services.agents import Declared, agent_declare, declared_tool
 from runs.services.control import (
     register_retry_guard,
     retry_blockers,
@@ -36,10 +37,12 @@ from runs.services.sweeps import (
 
 __all__ = [
     "WORKER_ID_MAX_LENGTH",
+    "Declared",
     "Heartbeat",
     "Lease",
     "UserLike",
     "actor_for",
+    "agent_declare",
     "agent_pause",
     "agent_unpause",
     "attempt_claim",
@@ -51,6 +54,7 @@ __all__ = [
     "attempt_release",
     "backoffs_due",
     "checkpoint_save",
+    "declared_tool",
     "history_purge",
     "leases_expire",
     "lock_for_worker_write",

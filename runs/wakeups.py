@@ -1,0 +1,128 @@
+"""Wake long-polling claims when work arrives: the same ``NOTIFY holdpoint_work`` the
+in-process workers listen to (``runs/events.py``), heard once per process.
+
+``POST /api/worker/claim`` with ``wait`` holds the request until an attempt is due or the
+wait is over. Rather than one ``LISTEN`` connection per waiting request, one daemon
+thread per process listens on a dedicated connection and bumps a generation counter;
+each waiting request claims, and if nothing was due, waits for the counter to move (or
+for a short poll interval, which catches backoffs coming due and notifications sent
+while the listener was reconnecting). A wake-up between "nothing to claim" and "wait" is
+never lost: the request waits only while the generation it saw before claiming is current.
+
+In-process changes (``on_run_changed``) wake waiters too, so SQLite and the tests' own
+transactions work without a listener.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from django.db import connection, connections
+
+from runs.events import WORK_CHANNEL, EventType, on_run_changed
+
+logger = logging.getLogger(__name__)
+
+# Events after which an attempt may be due (the same set the in-process workers wake on).
+_WORK_EVENTS = frozenset(
+    {
+        EventType.RUN_CREATED,
+        EventType.RUN_RESUMED,
+        EventType.RUN_CONTINUED,
+        EventType.RUN_HELD,
+        EventType.AGENT_UNPAUSED,
+        EventType.RUN_RETRIED,
+        EventType.RUN_QUEUED,
+        EventType.RUN_REQUEUED,
+        EventType.ATTEMPT_RELEASED,
+    }
+)
+
+
+class WorkWaiter:
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._generation = 0
+        self._started = False
+        self._start_lock = threading.Lock()
+        self.listening = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def generation(self) -> int:
+        with self._cond:
+            return self._generation
+
+    def wake(self) -> None:
+        with self._cond:
+            self._generation += 1
+            self._cond.notify_all()
+
+    def wait(self, seen: int, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds unless the generation already moved past ``seen``."""
+        self.ensure_started()
+        with self._cond:
+            if self._generation == seen:
+                self._cond.wait(max(0.0, timeout))
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    def ensure_started(self) -> None:
+        if self._started:
+            return
+        with self._start_lock:
+            if self._started:
+                return
+            self._started = True
+            on_run_changed(self._on_run_changed)
+            self._stop.clear()
+            if connection.vendor == "postgresql":
+                self._thread = threading.Thread(
+                    target=self._listen, name="holdpoint-claim-listener", daemon=True
+                )
+                self._thread.start()
+
+    def stop(self) -> None:
+        """Close the listener's connection (tests: before the test database is dropped)."""
+        with self._start_lock:
+            self._stop.set()
+            if self._thread is not None:
+                self._thread.join(5)
+            self._thread = None
+            self._started = False
+            self.listening.clear()
+
+    def _on_run_changed(self, run_id: str, event_type: str) -> None:
+        if event_type in _WORK_EVENTS:
+            self.wake()
+
+    def _listen(self) -> None:
+        import psycopg
+
+        params = connections["default"].get_connection_params()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        delay = 0.5
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(**params, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {WORK_CHANNEL}")
+                    self.listening.set()
+                    delay = 0.5
+                    self.wake()  # Work queued while nobody listened: claim again now.
+                    while not self._stop.is_set():
+                        for _note in conn.notifies(timeout=0.5):
+                            self.wake()
+            except psycopg.Error as exc:
+                self.listening.clear()
+                logger.warning("claim listener: %s; reconnecting in %.1fs", exc, delay)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 10.0)
+        self.listening.clear()
+
+
+waiter = WorkWaiter()

@@ -8,10 +8,11 @@ PORT ?= 8000
 
 .PHONY: run test test-fast lint fmt migrate sweep worker web clean browser-deps messages bench chaos chaos-short screenshots
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -e ./clients/python
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -40,6 +41,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy runs ledger runtime config api dashboard live
+	$(VENV)/bin/mypy clients/python/holdpoint_client
 	$(VENV)/bin/lint-imports
 
 fmt: $(STAMP)

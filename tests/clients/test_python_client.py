@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 from django.conf import settings
-
 from holdpoint_client import Worker
+
 from runs import services
 from runs.models import AgentVersion, InputRequest, Run, RunEvent
 from runs.tokens import worker_token_create

@@ -459,8 +459,8 @@ class Context:
                 + (f": {approval.comment}" if approval.comment else "."),
                 approval=approval,
             )
-        answer = self._answers.get(step_id)
-        if answer is not None and covers(answer, tool=tool, target=target, change=request):
+        asked = self._answers.get(step_id)
+        if asked is not None and covers(asked, tool=tool, target=target, change=request):
             raise exc  # Answered about this call, yet refused: fail the attempt and say so.
         self._hold(
             kind="auth_required",

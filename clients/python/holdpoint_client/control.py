@@ -175,7 +175,7 @@ class AttemptControl:
                 retry_for=10.0,
                 persist=True,
             )
-            return data  # type: ignore[no-any-return]
+            return data if isinstance(data, dict) else {}
         except (Problem, ServerAway) as exc:
             logger.info("attempt %s: release refused: %s", self.attempt_id, exc)
             return None

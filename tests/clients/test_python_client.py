@@ -8,126 +8,28 @@ server is daphne in its own process (``tests/clients/conftest.py``).
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
 from holdpoint_client import Worker
 
 from runs import services
-from runs.models import AgentVersion, InputRequest, Run, RunEvent
-from runs.tokens import worker_token_create
+from runs.models import AgentVersion, Run, RunEvent
 from tests.clients.agents import AGENTS
-from tests.clients.conftest import LiveServer, executions, wait_for
+from tests.clients.conftest import (
+    LEASE,
+    answer,
+    executions,
+    pending,
+    status,
+    wait_for,
+    wait_pending,
+    wait_status,
+)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.process, pytest.mark.django_db(transaction=True)]
-
-LEASE = 3.0
-
-
-@pytest.fixture
-def token() -> str:
-    return worker_token_create(name="py-client")[1]
-
-
-@pytest.fixture
-def worker(live_api: LiveServer, token: str, tool_dir: Path) -> Iterator[Callable[..., Worker]]:
-    started: list[Worker] = []
-
-    def start(**kwargs: Any) -> Worker:
-        options = {"concurrency": 1, "lease_seconds": LEASE, "wait": 2.0, **kwargs}
-        w = Worker(live_api.url, token, AGENTS, **options).start()
-        started.append(w)
-        return w
-
-    yield start
-    for w in started:
-        w.stop(grace=2)
-
-
-@pytest.fixture
-def spawn(live_api: LiveServer, token: str, tool_dir: Path, tmp_path: Path):
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(name: str, **env: str) -> tuple[subprocess.Popen[bytes], Path]:
-        log = tmp_path / f"{name}.log"
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "holdpoint_client.cli",
-                "--url",
-                live_api.url,
-                "--lease-seconds",
-                str(LEASE),
-                "--wait",
-                "2",
-                "--grace",
-                "1",
-                "--name",
-                name,
-                "tests.clients.agents:AGENTS",
-            ],
-            cwd=settings.BASE_DIR,
-            env={**os.environ, "HOLDPOINT_TOKEN": token, "PYTHONUNBUFFERED": "1", **env},
-            stdout=log.open("wb"),
-            stderr=subprocess.STDOUT,
-        )
-        procs.append(proc)
-        wait_for(
-            lambda: "serving" in log.read_text() or proc.poll() is not None, 30, f"{name} to start"
-        )
-        assert proc.poll() is None, log.read_text()
-        return proc, log
-
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGCONT)
-            proc.kill()
-        proc.wait(10)
-
-
-def status(run_id: str) -> str:
-    return Run.objects.get(pk=run_id).status
-
-
-def pending(run_id: str) -> InputRequest | None:
-    return InputRequest.objects.filter(run_id=run_id, status="pending").first()
-
-
-def wait_pending(run_id: str, kind: str, timeout: float = 20) -> InputRequest:
-    def found() -> InputRequest | None:
-        services.sweep_all()
-        request = pending(run_id)
-        return request if request is not None and request.kind == kind else None
-
-    return wait_for(found, timeout, f"a pending {kind} request on {run_id} ({status(run_id)})")
-
-
-def wait_status(run_id: str, *wanted: str, timeout: float = 30) -> str:
-    def reached() -> str | None:
-        services.sweep_all()
-        now = status(run_id)
-        return now if now in wanted else None
-
-    return wait_for(reached, timeout, f"{run_id} to be {'/'.join(wanted)} (is {status(run_id)})")
-
-
-def answer(run_id: str, request: InputRequest, value: Any, user: Any) -> None:
-    services.run_resume(
-        run_id=run_id,
-        request_id=request.id,
-        checkpoint_id=request.checkpoint_id,
-        value=value,
-        user=user,
-    )
 
 
 def start_deploy(operator: Any) -> str:

@@ -190,11 +190,11 @@ def declared_tool(name: str) -> dict[str, str] | None:
     """The declaration of a tool that runs in an agent's process, by name (newest first)."""
     if not isinstance(name, str) or not NAME_RE.match(name):
         return None
-    for tools in (
-        DeclaredAgent.objects.filter(tool_declarations__contains=[{"name": name}])
-        .order_by("-updated_at")
-        .values_list("tool_declarations", flat=True)
-    ):
+    # Few rows, and JSON containment is PostgreSQL's only: filter here (SQLite too).
+    declared = DeclaredAgent.objects.order_by("-updated_at").values_list(
+        "tool_declarations", flat=True
+    )
+    for tools in declared:
         for tool in tools or []:
             if isinstance(tool, dict) and tool.get("name") == name:
                 return tool

@@ -101,4 +101,19 @@ def spin(ctx: Context, state: dict[str, Any]) -> Next | Done:
     return ctx.next("spin", {"n": n + 1})
 
 
-AGENTS = [deploy, looper]
+waiter = Agent(
+    name="remote-wait-act",
+    description="Waits, then acts once",
+    tools=[FolderTool()],
+    retry=RetryPolicy(max_attempts=5, backoff_initial=0.1, backoff_max=0.5),
+)
+
+
+@waiter.step(start=True)
+def wait_then_act(ctx: Context, state: dict[str, Any]) -> Done:
+    ctx.sleep(float(ctx.input.get("wait", 4)))  # A worker frozen here wakes with a stale lease.
+    done = ctx.side_effect("folder", "target", {"from": os.getpid()})
+    return ctx.done({"reference": done.external_reference, "pid": os.getpid()})
+
+
+AGENTS = [deploy, looper, waiter]

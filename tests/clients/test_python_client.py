@@ -9,12 +9,16 @@ server is daphne in its own process (``tests/clients/conftest.py``).
 from __future__ import annotations
 
 import signal
+import threading
+import time
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 from holdpoint_client import Worker
 
+from ledger.models import SideEffect
 from runs import services
 from runs.models import AgentVersion, Run, RunEvent
 from tests.clients.agents import AGENTS
@@ -170,27 +174,75 @@ def test_sigterm_releases_the_lease_and_another_worker_goes_on(spawn, operator) 
     wait_status(run_id, "succeeded", timeout=40)
 
 
-def test_a_stopped_worker_never_acts_on_its_stale_lease(
-    spawn, operator, approver, tool_dir: Path
-) -> None:
+def test_a_frozen_worker_never_acts_on_its_stale_lease(spawn, operator, tool_dir: Path) -> None:
     first, _ = spawn("frozen")
-    run_id = services.run_start(
-        agent="remote-loop", input={"pause": 0.3, "steps": 6}, user=operator
-    ).id
+    run_id = services.run_start(agent="remote-wait-act", input={"wait": 4}, user=operator).id
     wait_status(run_id, "running")
-    first.send_signal(signal.SIGSTOP)
-    # The lease runs out and is swept; another worker takes the run over and finishes it.
-    spawn("thawed-successor")
+    first.send_signal(signal.SIGSTOP)  # Frozen in the step, before the act.
+    # Its lease runs out and is swept; another worker runs the step again and acts.
+    spawn("successor")
     wait_status(run_id, "succeeded", timeout=40)
     first.send_signal(signal.SIGCONT)
-    # The first worker wakes with a stale lease: its writes are refused and it gives up.
-    epochs = set(
-        RunEvent.objects.filter(run_id=run_id, type="checkpoint.saved").values_list(
-            "actor", flat=True
-        )
+    # The frozen worker wakes in its step with a lease it cannot vouch for (no renewal
+    # for longer than the lease): it stops at the safe point before the act.
+    time.sleep(LEASE)
+    assert first.poll() is None  # It lives on, and claims again.
+    [execution] = executions(tool_dir)
+    assert execution.split()[1] != str(first.pid)
+    assert Run.objects.get(pk=run_id).result["pid"] != first.pid
+    assert (
+        not RunEvent.objects.filter(run_id=run_id, actor__contains="frozen")
+        .exclude(type__in=["attempt.claimed", "checkpoint.saved"])
+        .exists()
     )
-    assert any("thawed-successor" in actor for actor in epochs)
-    assert status(run_id) == "succeeded"
+
+
+def test_a_lease_taken_over_is_refused_before_the_act(live_api, token, operator, tool_dir) -> None:
+    """The fence, seen from the client: a step of a lease that ran out and was claimed
+    again unwinds at its side effect's intent (stale_worker), and its tool never runs."""
+    from holdpoint_client import Api
+    from holdpoint_client.context import Context
+    from holdpoint_client.control import AttemptControl, LeaseLost
+
+    from tests.clients.agents import FolderTool
+
+    services.agent_declare(
+        name="remote-wait-act",
+        actor="test",
+        tools=[{"name": "folder", "reversibility": "compensable"}],
+    )
+    run_id = services.run_start(agent="remote-wait-act", input={}, user=operator).id
+    api = Api(live_api.url, token)
+    _, old = api.call("POST", "/api/worker/claim", {"worker_id": "old", "lease_seconds": 0.5})
+    time.sleep(0.7)
+    services.sweep_all()
+    _, new = api.call("POST", "/api/worker/claim", {"worker_id": "new", "lease_seconds": 30})
+    assert new["run_id"] == run_id and new["lease_epoch"] > old["lease_epoch"]
+
+    control = AttemptControl(api, {**old, "lease_seconds": 30}, threading.Event())
+    ctx = Context(
+        control=control,
+        tools={"folder": FolderTool()},
+        approval_policy={},
+        step="wait_then_act",
+        checkpoint_id="",
+        answers={},
+        resumed=False,
+        cost_before=Decimal(0),
+        cost_budget=None,
+    )
+    with pytest.raises(LeaseLost):
+        ctx.side_effect("folder", "target", {"from": "old"})
+    assert executions(tool_dir) == []
+    assert not SideEffect.objects.filter(run_id=run_id).exists()
+    # And a lease not renewed for its length is not acted on, even before the server says so.
+    control = AttemptControl(api, new, threading.Event())
+    control.renewed_at -= new["lease_seconds"]
+    ctx._control = control  # the same step, now with the new lease gone quiet
+    with pytest.raises(LeaseLost):
+        ctx.side_effect("folder", "target", {"from": "new"})
+    assert executions(tool_dir) == []
+    api.close()
 
 
 def test_the_worker_reconnects_when_the_server_comes_back(

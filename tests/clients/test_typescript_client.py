@@ -22,6 +22,7 @@ from django.db import connection
 from rest_framework.authtoken.models import Token
 
 from runs import services
+from runs.groups import ensure_default_groups
 from runs.models import Run
 from runs.tokens import worker_token_create
 from tests.clients.conftest import LiveServer, executions
@@ -61,6 +62,7 @@ def test_the_typescript_client_passes_its_node_tests(
     live_api: LiveServer, tool_dir: Path, tmp_path: Path
 ) -> None:
     build()
+    ensure_default_groups()  # a transactional test before this one flushed them
     admin = User.objects.create_user(username="tsadmin")
     admin.groups.add(Group.objects.get(name="admin"))
     person = Token.objects.create(user=admin).key

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from django.db import connection
 from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
@@ -164,6 +165,10 @@ class WorkerClaimWaitApi(WorkerApiView):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return Response(status=204)
+                # Give the database connection back while waiting: a pool of a few
+                # connections (DATABASE_POOL_SIZE) must not be held by idle long polls.
+                if not connection.in_atomic_block:
+                    connection.close()
                 waiter.wait(seen, min(left, POLL_SECONDS))
 
         return self.idempotent(request, claim)

@@ -86,7 +86,7 @@ def apply(ctx: Context, state: dict[str, Any]) -> Done | Next:
 
 @deploy.step
 def report(ctx: Context, state: dict[str, Any]) -> Done:
-    return ctx.done({"deployed": True, **state})
+    return ctx.done({"deployed": True, "agent_version": ctx.agent_version, **state})
 
 
 looper = Agent(name="remote-loop", description="Loops in small steps until told to stop")

@@ -63,6 +63,7 @@ def test_a_remote_agent_asks_observes_is_approved_and_acts_once(
     wait_status(run_id, "succeeded")
     run = Run.objects.get(pk=run_id)
     assert run.result["deployed"] is True
+    assert run.result["agent_version"] == version.version  # ctx.agent_version
     assert run.result["versions"] == ["v2"]
     assert run.result["changed"] is True  # ctx.changed saw the observed value move.
     assert run.result["reference"].startswith("folder:")

@@ -154,6 +154,13 @@ class Context:
     def input(self) -> Any:
         return self._lease["input"]
 
+    @property
+    def agent_version(self) -> int | None:
+        """The declared version the run started with (its input was valid against that
+        version's schema): a step may branch on it when the code moved on since."""
+        version = self._lease.get("agent_version")
+        return int(version) if version is not None else None
+
     # Results --------------------------------------------------------------------------
 
     def next(self, step: str, state: Any = None) -> Next:

@@ -124,6 +124,10 @@ export class Context {
   get input(): any {
     return this.lease.input;
   }
+  /** The declared version the run started with (its input matched that version's schema). */
+  get agentVersion(): number | null {
+    return this.lease.agent_version ?? null;
+  }
 
   next(step: string, state: unknown = {}): Next {
     return new Next(step, state ?? {});

@@ -198,6 +198,9 @@ def test_an_agent_is_declared_and_versioned_by_its_input_schema(operator, wclien
     assert versions[second.json()["run_id"]] == 2
     assert AgentVersion.objects.filter(agent="triage").count() == 2
     assert AgentVersion.objects.get(agent="triage", version=1).description == "Triage v1.1"
+    listed = client_for(operator).get("/api/agents").json()
+    [triage] = [a for a in listed if a["name"] == "triage"]
+    assert (triage["source"], triage["version"]) == ("declared", 2)
 
     # The lease names the version its run started with.
     lease = claim(wclient, agents=["triage"])

@@ -49,6 +49,8 @@ class WorkWaiter:
         self.listening = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # Closed by stop() (tests): waits then poll without a listener until reopen().
+        self._closed = False
 
     @property
     def generation(self) -> int:
@@ -72,10 +74,10 @@ class WorkWaiter:
         return self._started
 
     def ensure_started(self) -> None:
-        if self._started:
+        if self._started or self._closed:
             return
         with self._start_lock:
-            if self._started:
+            if self._started or self._closed:
                 return
             self._started = True
             on_run_changed(self._on_run_changed)
@@ -87,14 +89,21 @@ class WorkWaiter:
                 self._thread.start()
 
     def stop(self) -> None:
-        """Close the listener's connection (tests: before the test database is dropped)."""
+        """Close the listener's connection and start none until ``reopen()`` (tests: a
+        claim still waiting in a server thread must not reopen one on a test database
+        about to be dropped)."""
         with self._start_lock:
+            self._closed = True
             self._stop.set()
             if self._thread is not None:
                 self._thread.join(5)
             self._thread = None
             self._started = False
             self.listening.clear()
+
+    def reopen(self) -> None:
+        with self._start_lock:
+            self._closed = False
 
     def _on_run_changed(self, run_id: str, event_type: str) -> None:
         if event_type in _WORK_EVENTS:

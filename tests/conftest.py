@@ -115,11 +115,11 @@ TEST_AGENT = "test-agent"
 def _claim_listener_closed() -> Iterator[None]:
     """A long-polling claim starts a LISTEN connection (runs/wakeups.py): close it after the
     test, so it never holds the test database open."""
-    yield
     from runs.wakeups import waiter
 
-    if waiter.started:
-        waiter.stop()
+    waiter.reopen()
+    yield
+    waiter.stop()
 
 
 @pytest.fixture(autouse=True)

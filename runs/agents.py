@@ -134,21 +134,55 @@ def all_agent_specs() -> list[AgentSpec]:
 
 
 LABEL_MAX = 80
+# The label templates of declared agents (PUT /api/agents/{name}), read at most this often
+# per process: labels are drawn for every row of a list, and must not cost a query each.
+DECLARED_LABELS_TTL = 30.0
+_declared_labels: dict[str, str] = {}
+_declared_labels_at = -DECLARED_LABELS_TTL
+
+
+def declared_label(agent: str) -> str:
+    """The label template of a declared agent ("" when it has none), cached per process."""
+    import time
+
+    global _declared_labels, _declared_labels_at
+    now = time.monotonic()
+    if now - _declared_labels_at >= DECLARED_LABELS_TTL:
+        from django.db import DatabaseError
+
+        from runs.models import DeclaredAgent
+
+        try:
+            _declared_labels = dict(
+                DeclaredAgent.objects.exclude(label="").values_list("name", "label")
+            )
+        except DatabaseError:
+            return ""
+        _declared_labels_at = now
+    return _declared_labels.get(agent, "")
+
+
+def forget_declared_labels() -> None:
+    """Read the declared labels again at the next label (a declaration just changed one)."""
+    global _declared_labels_at
+    _declared_labels_at = -DECLARED_LABELS_TTL
 
 
 def run_label(agent: str, input: Any, run_id: str) -> str:
     """A run's human label: the agent's label template filled from the input (``Migrate
     auth-gateway``), else the agent's name and a short id (``deploy · 7GQ2KD``).
 
-    Only Python agents registered in this process are consulted (no query per row); a
-    template that does not fit the input (a field missing) falls back to the default.
+    Python agents registered in this process are consulted, and declared agents through a
+    per-process cache (``declared_label``: no query per row); a template that does not
+    fit the input (a field missing) falls back to the default.
     """
     short = run_id.rsplit("_", 1)[-1][-6:]
     spec = _registry.get(agent)
-    if spec is not None and spec.label and isinstance(input, dict):
+    label = spec.label if spec is not None else declared_label(agent)
+    if label and isinstance(input, dict):
         fields = {k: v if isinstance(v, str | int | float) else str(v) for k, v in input.items()}
         try:
-            text = spec.label.format_map(fields).strip()
+            text = label.format_map(fields).strip()
         except (ValueError, AttributeError, IndexError, KeyError):
             text = ""
         if text:

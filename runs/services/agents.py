@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import transaction
 
-from runs.agents import RetryPolicy, python_agent_specs
+from runs.agents import RetryPolicy, forget_declared_labels, python_agent_specs
 from runs.errors import HoldpointError
 from runs.models import AgentVersion, DeclaredAgent
 from runs.schemas import canonical_json, compile_schema, too_deep
@@ -183,6 +183,9 @@ def agent_declare(
     agent.tools = [t["name"] for t in declared_tools]
     agent.declared_by = actor[:200]
     agent.save()
+    # Now (this thread reads its own write) and at commit (every reader sees it).
+    forget_declared_labels()
+    transaction.on_commit(forget_declared_labels)
     return Declared(agent=agent, created=created, new_version=new_version)
 
 

@@ -178,6 +178,8 @@ def test_an_agent_is_declared_and_versioned_by_its_input_schema(operator, wclien
     person = client_for(operator)
     first = post(person, "/api/runs", {"agent": "triage", "input": {"ticket": "T-1"}})
     assert first.status_code == 201, first.content
+    # The declared label template names the run where people read.
+    assert Run.objects.get(pk=first.json()["run_id"]).label == "Triage T-1"
 
     # Same schema, new description: the same version, updated.
     same = declare(wclient, "triage", {**TRIAGE, "description": "Triage v1.1"})

@@ -62,6 +62,11 @@ urlpatterns: list[URLPattern | URLResolver] = [
         name="api-worker-log",
     ),
     path(
+        "worker/attempts/<str:attempt_id>/watch",
+        worker_protocol.WorkerWatchApi.as_view(),
+        name="api-worker-watch",
+    ),
+    path(
         "worker/attempts/<str:attempt_id>/cost",
         worker_protocol.WorkerCostApi.as_view(),
         name="api-worker-cost",

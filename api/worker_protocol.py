@@ -27,6 +27,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api.base import BODY_CODES, idempotency_key_parameter, problems, validated
+from api.serializers import utc
 from api.worker import (
     FENCE_CODES,
     KEY_CODES,
@@ -281,6 +282,79 @@ class WorkerCostApi(WorkerApiView):
             )
 
         return self.idempotent(request, cost)
+
+
+# --- Watching for cancel and pause ------------------------------------------------------------
+
+
+class WatchSerializer(serializers.Serializer):
+    lease_expires_at = serializers.CharField()
+    cancel_requested = serializers.BooleanField()
+    pause_requested = serializers.BooleanField()
+
+
+MAX_WATCH_SECONDS = 60.0
+
+
+class WorkerWatchApi(WorkerApiView):
+    """A heartbeat that waits: renew the lease, then hold the request up to ``wait``
+    seconds until the run is cancelled or paused (the same NOTIFY that stops an in-process
+    worker at once), and answer as a heartbeat does. Called in a loop with ``wait`` = the
+    heartbeat interval, it renews the lease as often and hears a cancel at once."""
+
+    class InputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "WorkerWatchInput"
+
+        lease_epoch = serializers.IntegerField(min_value=0)
+        lease_seconds = serializers.FloatField(min_value=0.1, max_value=3600, required=False)
+        cost = serializers.DecimalField(
+            max_digits=18, decimal_places=6, min_value=0, required=False, allow_null=True
+        )
+        wait = serializers.FloatField(min_value=0, max_value=MAX_WATCH_SECONDS, default=0)
+
+    @extend_schema(
+        tags=["worker"],
+        operation_id="worker_attempts_watch",
+        request=InputSerializer,
+        responses={
+            200: WatchSerializer,
+            **problems(
+                *WORKER_AUTH_CODES, *BODY_CODES, "stale_worker", "not_your_lease", "not_found"
+            ),
+        },
+    )
+    def post(self, request: Request, attempt_id: str) -> HttpResponse:
+        data = validated(self.InputSerializer, request.data)
+        cost = data.get("cost")
+
+        def beat() -> services.Heartbeat:
+            return services.attempt_heartbeat(
+                worker_token_id=token_id(request),
+                attempt_id=attempt_id,
+                lease_epoch=data["lease_epoch"],
+                lease_seconds=data.get("lease_seconds"),
+                cost=str(cost) if cost is not None else None,
+            )
+
+        # Count the signals before the heartbeat reads the run: one that comes in between
+        # is not lost (the wait returns at once).
+        run_id = Run.objects.filter(attempts__pk=attempt_id).values_list("pk", flat=True).first()
+        keys = (attempt_id, run_id) if run_id else (attempt_id,)
+        seen = waiter.signals(keys)
+        heartbeat = beat()
+        if not (heartbeat.cancel_requested or heartbeat.pause_requested) and data["wait"] > 0:
+            if not connection.in_atomic_block:
+                connection.close()  # no database connection held while waiting
+            waiter.wait_signal(keys, seen, data["wait"])
+            heartbeat = beat()
+        return Response(
+            {
+                "lease_expires_at": utc(heartbeat.lease_expires_at),
+                "cancel_requested": heartbeat.cancel_requested,
+                "pause_requested": heartbeat.pause_requested,
+            }
+        )
 
 
 # --- Declaring an agent ------------------------------------------------------------------------

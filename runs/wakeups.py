@@ -1,5 +1,7 @@
 """Wake long-polling claims when work arrives: the same ``NOTIFY holdpoint_work`` the
-in-process workers listen to (``runs/events.py``), heard once per process.
+in-process workers listen to (``runs/events.py``), heard once per process; and wake a
+watching worker when its run is cancelled or paused (``holdpoint_cancel`` /
+``holdpoint_pause``, by attempt id).
 
 ``POST /api/worker/claim`` with ``wait`` holds the request until an attempt is due or the
 wait is over. Rather than one ``LISTEN`` connection per waiting request, one daemon
@@ -17,10 +19,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from django.db import connection, connections
 
-from runs.events import WORK_CHANNEL, EventType, on_run_changed
+from runs.events import CANCEL_CHANNEL, PAUSE_CHANNEL, WORK_CHANNEL, EventType, on_run_changed
 
 logger = logging.getLogger(__name__)
 
@@ -40,10 +43,29 @@ _WORK_EVENTS = frozenset(
 )
 
 
+# Events after which a watch of the run's attempt answers: a cancel or pause its worker
+# must hear of, or the end of the attempt (its watch has nothing left to wait for).
+_STOP_EVENTS = frozenset(
+    {
+        EventType.RUN_CANCEL_REQUESTED,
+        EventType.RUN_PAUSE_REQUESTED,
+        EventType.AGENT_PAUSED,
+        EventType.RUN_SUCCEEDED,
+        EventType.ATTEMPT_FAILED,
+        EventType.RUN_INTERRUPTED,
+        EventType.ATTEMPT_RELEASED,
+        EventType.ATTEMPT_LOST,
+    }
+)
+
+
 class WorkWaiter:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._generation = 0
+        # Cancel and pause signals, by attempt id (NOTIFY) or run id (in-process): a
+        # watching worker (POST /api/worker/attempts/{id}/watch) wakes on either.
+        self._signals: dict[str, int] = {}
         self._started = False
         self._start_lock = threading.Lock()
         self.listening = threading.Event()
@@ -61,6 +83,28 @@ class WorkWaiter:
         with self._cond:
             self._generation += 1
             self._cond.notify_all()
+
+    def signal(self, key: str) -> None:
+        with self._cond:
+            self._signals[key] = self._signals.get(key, 0) + 1
+            if len(self._signals) > 10_000:  # old keys: nobody waits on them any more
+                self._signals = {key: self._signals[key]}
+            self._cond.notify_all()
+
+    def signals(self, keys: tuple[str, ...]) -> int:
+        with self._cond:
+            return sum(self._signals.get(key, 0) for key in keys)
+
+    def wait_signal(self, keys: tuple[str, ...], seen: int, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for a cancel or pause signal on any of ``keys``."""
+        self.ensure_started()
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._cond:
+            while sum(self._signals.get(key, 0) for key in keys) == seen:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._cond.wait(left)
 
     def wait(self, seen: int, timeout: float) -> None:
         """Wait up to ``timeout`` seconds unless the generation already moved past ``seen``."""
@@ -108,6 +152,8 @@ class WorkWaiter:
     def _on_run_changed(self, run_id: str, event_type: str) -> None:
         if event_type in _WORK_EVENTS:
             self.wake()
+        elif event_type in _STOP_EVENTS:
+            self.signal(run_id)
 
     def _listen(self) -> None:
         import psycopg
@@ -119,13 +165,17 @@ class WorkWaiter:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(**params, autocommit=True) as conn:
-                    conn.execute(f"LISTEN {WORK_CHANNEL}")
+                    for channel in (WORK_CHANNEL, CANCEL_CHANNEL, PAUSE_CHANNEL):
+                        conn.execute(f"LISTEN {channel}")
                     self.listening.set()
                     delay = 0.5
                     self.wake()  # Work queued while nobody listened: claim again now.
                     while not self._stop.is_set():
-                        for _note in conn.notifies(timeout=0.5):
-                            self.wake()
+                        for note in conn.notifies(timeout=0.5):
+                            if note.channel == WORK_CHANNEL:
+                                self.wake()
+                            else:
+                                self.signal(note.payload)
             except psycopg.Error as exc:
                 self.listening.clear()
                 logger.warning("claim listener: %s; reconnecting in %.1fs", exc, delay)

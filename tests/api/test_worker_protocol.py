@@ -167,6 +167,56 @@ def test_cost_is_recorded_as_a_running_total(wclient) -> None:
     assert post(wclient, url(lease, "cost"), fenced(lease, cost="-1")).status_code == 422
 
 
+# --- Watching for cancel and pause --------------------------------------------------------------
+
+
+def test_a_watch_without_wait_is_a_heartbeat(wclient) -> None:
+    run = start()
+    lease = claim(wclient, lease_seconds=30)
+    before = Attempt.objects.get(pk=lease["attempt_id"]).lease_expires_at
+    watched = post(wclient, url(lease, "watch"), {"lease_epoch": lease["lease_epoch"]})
+    assert watched.status_code == 200, watched.content
+    assert watched.json()["cancel_requested"] is False
+    assert Attempt.objects.get(pk=lease["attempt_id"]).lease_expires_at >= before
+    stale = post(wclient, url(lease, "watch"), {"lease_epoch": 0})
+    assert (stale.status_code, stale.json()["code"]) == (409, "stale_worker")
+    other = post(worker_client("another"), url(lease, "watch"), {"lease_epoch": 1})
+    assert (other.status_code, other.json()["code"]) == (409, "not_your_lease")
+    assert post(wclient, url(lease, "watch"), {"lease_epoch": 1, "wait": 61}).status_code == 422
+    assert Run.objects.get(pk=run.id).status == "running"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("stop", ["cancel", "pause"])
+def test_a_waiting_watch_hears_a_cancel_or_a_pause_at_once(stop: str, operator) -> None:
+    worker = worker_client(f"watcher-{stop}")
+    run = start()
+    lease = claim(worker, lease_seconds=60)
+    got: dict[str, Any] = {}
+
+    def watch() -> None:
+        from django.db import connection
+
+        try:
+            got["body"] = post(
+                worker, url(lease, "watch"), {"lease_epoch": lease["lease_epoch"], "wait": 30}
+            ).json()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    threading.Event().wait(0.5)
+    assert "body" not in got  # waiting: nothing happened yet
+    if stop == "cancel":
+        services.run_cancel(run_id=run.id, user=operator, reason="stop")
+    else:
+        services.run_pause(run_id=run.id, user=operator, reason="look")
+    thread.join(15)
+    assert not thread.is_alive(), "the watch did not hear it before its 30 s were over"
+    assert got["body"][f"{stop}_requested"] is True
+
+
 # --- Declaring agents ---------------------------------------------------------------------------
 
 

@@ -142,6 +142,18 @@ def test_cancel_reaches_a_remote_worker_and_is_acknowledged(worker, operator) ->
     wait_for(lambda: any(o == "cancelled" for _, o in w.outcomes), 10, "the worker to say so")
 
 
+def test_a_cancel_reaches_a_remote_worker_long_before_its_next_heartbeat(worker, operator) -> None:
+    # A 60 s lease: heartbeats every 20 s. The cancel arrives through the server's NOTIFY
+    # to the worker's waiting watch, and the step unwinds at once from its sleep.
+    w = worker(lease_seconds=60)
+    run_id = services.run_start(agent="remote-loop", input={"pause": 30}, user=operator).id
+    wait_status(run_id, "running")
+    wait_for(lambda: w.active_attempts(), 10, "the worker to hold the attempt")
+    threading.Event().wait(0.5)  # its watch is waiting now
+    services.run_cancel(run_id=run_id, user=operator, reason="now")
+    wait_status(run_id, "cancelled", timeout=10)
+
+
 def test_pause_stops_a_remote_worker_at_a_step_boundary_and_continue_goes_on(
     worker, operator
 ) -> None:

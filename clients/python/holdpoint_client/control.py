@@ -181,8 +181,18 @@ class AttemptControl:
             return None
 
 
+# The longest a watch waits for a cancel or pause (under the HTTP client's timeout).
+WATCH_MAX = 25.0
+
+
 class Heartbeater:
-    """Renews the lease every ``heartbeat_seconds``; learns of cancel and pause from it."""
+    """Renews the lease every ``heartbeat_seconds`` and hears cancel and pause at once.
+
+    Each renewal is a *watch* (``POST …/watch``): the server renews the lease, then holds
+    the request until the run is cancelled or paused (its NOTIFY) or the interval is
+    over; so the next renewal follows the answer, and a cancel arrives without waiting
+    for the next heartbeat. Once a cancel or pause is known, plain renewals follow.
+    """
 
     def __init__(self, control: AttemptControl) -> None:
         self.control = control
@@ -197,21 +207,28 @@ class Heartbeater:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(5)
+        # A watch in flight is answered when the attempt ends (the server wakes it).
+        self._thread.join(0.2)
 
     def _run(self) -> None:
         control = self.control
-        while not self._stop.wait(self.every):
+        while not self._stop.is_set():
+            known = control.cancel.is_set() or control.pause.is_set()
+            if known and self._stop.wait(self.every):
+                return
+            wait = 0.0 if known else min(self.every, WATCH_MAX)
             sent_at = time.monotonic()
             try:
                 _, data = control.api.call(
                     "POST",
-                    f"/api/worker/attempts/{control.attempt_id}/heartbeat",
+                    f"/api/worker/attempts/{control.attempt_id}/watch",
                     {
                         "lease_epoch": control.lease["lease_epoch"],
                         "lease_seconds": control.lease_seconds,
                         "cost": control.cost_arg(),
+                        "wait": wait,
                     },
+                    timeout=wait + 15.0,
                     retry_for=self.every,
                     persist=True,
                 )
@@ -222,6 +239,7 @@ class Heartbeater:
                     control.mark_stale(f"heartbeat refused ({exc.code})")
                     return
                 logger.warning("attempt %s: heartbeat refused: %s", control.attempt_id, exc)
+                self._stop.wait(self.every)
                 continue
             except ServerAway as exc:
                 logger.warning("attempt %s: heartbeat: %s", control.attempt_id, exc)

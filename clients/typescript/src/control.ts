@@ -128,7 +128,14 @@ export class AttemptControl {
   }
 }
 
-/** Renews the lease every `heartbeat_seconds`; learns of cancel and pause from it. */
+// The longest a watch waits for a cancel or pause (under the HTTP timeout).
+const WATCH_MAX_SECONDS = 25;
+
+/**
+ * Renews the lease every `heartbeat_seconds` and hears cancel and pause at once: each
+ * renewal is a watch (`POST …/watch`) that the server holds until the run is cancelled
+ * or paused, or the interval is over. Once a cancel or pause is known, plain renewals follow.
+ */
 export class Heartbeater {
   private readonly stopper = new AbortController();
   private running: Promise<void> | null = null;
@@ -141,22 +148,27 @@ export class Heartbeater {
 
   async stop(): Promise<void> {
     this.stopper.abort();
-    await this.running;
+    // A watch in flight is answered when the attempt ends (the server wakes it).
+    await Promise.race([this.running, sleep(200)]);
   }
 
   private async loop(): Promise<void> {
     const control = this.control;
     const every = Number(control.lease.heartbeat_seconds ?? control.lease.lease_seconds / 3) * 1000;
-    for (;;) {
-      await sleep(every, this.stopper.signal);
-      if (this.stopper.signal.aborted) return;
+    while (!this.stopper.signal.aborted) {
+      const known = control.cancelled || control.paused;
+      if (known) {
+        await sleep(every, this.stopper.signal);
+        if (this.stopper.signal.aborted) return;
+      }
+      const wait = known ? 0 : Math.min(every / 1000, WATCH_MAX_SECONDS);
       const sentAt = Date.now();
       try {
         const [, data] = await control.api.call(
           "POST",
-          `/api/worker/attempts/${control.attemptId}/heartbeat`,
-          { lease_epoch: control.lease.lease_epoch, lease_seconds: control.lease.lease_seconds, cost: control.costArg() },
-          { retryForMs: every, persist: true },
+          `/api/worker/attempts/${control.attemptId}/watch`,
+          { lease_epoch: control.lease.lease_epoch, lease_seconds: control.lease.lease_seconds, cost: control.costArg(), wait },
+          { retryForMs: every, persist: true, timeoutMs: (wait + 15) * 1000 },
         );
         control.renewedAt = Math.max(control.renewedAt, sentAt);
         if (data?.cancel_requested) control.requestCancel();
@@ -171,6 +183,8 @@ export class Heartbeater {
           control.markStale("the server was away for the lease's length");
           return;
         }
+        // A refusal waits for the next interval; a server away was retried already.
+        if (error instanceof Problem) await sleep(every, this.stopper.signal);
       }
     }
   }

@@ -98,7 +98,7 @@ test("a TypeScript agent asks, is approved, acts once and ends with its report",
   assert.equal(executions().length, 1);
   const report = await api("GET", `/api/runs/${started.run_id}/report`);
   assert.ok(JSON.stringify(report).includes("folder"), "the report names the side effect");
-  assert.ok(worker.outcomes.some(([, o]) => o === "succeeded"));
+  await waitFor("the worker to say so", () => worker.outcomes.some(([, o]) => o === "succeeded"));
   await worker.stop(1);
 });
 

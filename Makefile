@@ -6,12 +6,13 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test test-fast lint fmt migrate sweep worker web clean browser-deps messages bench chaos chaos-short screenshots
+.PHONY: ts-client run test test-fast lint fmt migrate sweep worker web clean browser-deps messages bench chaos chaos-short screenshots
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -e "./clients/python[langgraph]"
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -22,8 +23,14 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 	@touch $(BENCH_STAMP)
 
 ## Set everything up and start the dashboard with workers and demo agents in one process.
-run: $(STAMP)
+run: $(STAMP) ts-client
 	$(PY) manage.py serve --host $(HOST) --port $(PORT)
+
+## The TypeScript client (its demo agent runs in `make run`); skipped without npm.
+ts-client:
+	@if command -v npm >/dev/null 2>&1; then \
+	  cd clients/typescript && { test -d node_modules || npm ci --no-audit --no-fund --silent; } && npm run --silent build; \
+	else echo "npm not found: the TypeScript demo worker will not start"; fi
 
 ## The whole test suite (SQLite unless DATABASE_URL is set; CI sets it).
 test: $(STAMP) browser-deps
@@ -40,6 +47,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy runs ledger runtime config api dashboard live
+	$(VENV)/bin/mypy clients/python/holdpoint_client
 	$(VENV)/bin/lint-imports
 
 fmt: $(STAMP)

@@ -263,6 +263,11 @@ class AgentOverviewSerializer(serializers.Serializer):
         choices=["python", "declared"], source="spec.source"
     )
     input_schema = serializers.JSONField(source="spec.input_schema")
+    version = serializers.IntegerField(
+        source="spec.version",
+        allow_null=True,
+        help_text="A declared agent's current version (PUT /api/agents/{name}); null for Python.",
+    )
     retry_policy = serializers.SerializerMethodField()
     tools = serializers.ListField(child=serializers.CharField(), source="spec.tools")
     state = serializers.ChoiceField(choices=["open", "paused"])

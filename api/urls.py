@@ -7,7 +7,7 @@ from django.urls import URLPattern, URLResolver, path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.permissions import AllowAny
 
-from api import control, pause, reads, side_effects, worker
+from api import control, pause, reads, side_effects, worker, worker_protocol
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path(
@@ -16,6 +16,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
         name="api-schema",
     ),
     path("agents", reads.AgentListApi.as_view(), name="api-agents"),
+    path("agents/<str:name>", worker_protocol.AgentDeclareApi.as_view(), name="api-agent-declare"),
     path("agents/<str:name>/pause", pause.AgentPauseApi.as_view(), name="api-agent-pause"),
     path("agents/<str:name>/unpause", pause.AgentUnpauseApi.as_view(), name="api-agent-unpause"),
     path("runs", control.RunCollectionApi.as_view(), name="api-runs"),
@@ -33,7 +34,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("runs/<str:run_id>/pause", pause.RunPauseApi.as_view(), name="api-run-pause"),
     path("input-requests", reads.InputRequestListApi.as_view(), name="api-input-requests"),
     # The worker API: worker tokens only.
-    path("worker/claim", worker.WorkerClaimApi.as_view(), name="api-worker-claim"),
+    # The claim of api/worker.py, with the long poll and the answers (api/worker_protocol.py).
+    path("worker/claim", worker_protocol.WorkerClaimWaitApi.as_view(), name="api-worker-claim"),
     path(
         "worker/attempts/<str:attempt_id>/heartbeat",
         worker.WorkerHeartbeatApi.as_view(),
@@ -53,6 +55,21 @@ urlpatterns: list[URLPattern | URLResolver] = [
         "worker/attempts/<str:attempt_id>/interrupt",
         worker.WorkerInterruptApi.as_view(),
         name="api-worker-interrupt",
+    ),
+    path(
+        "worker/attempts/<str:attempt_id>/log",
+        worker_protocol.WorkerLogApi.as_view(),
+        name="api-worker-log",
+    ),
+    path(
+        "worker/attempts/<str:attempt_id>/watch",
+        worker_protocol.WorkerWatchApi.as_view(),
+        name="api-worker-watch",
+    ),
+    path(
+        "worker/attempts/<str:attempt_id>/cost",
+        worker_protocol.WorkerCostApi.as_view(),
+        name="api-worker-cost",
     ),
     path(
         "worker/attempts/<str:attempt_id>/complete",

@@ -141,8 +141,20 @@ def value_for(schema: Any, name: str, hook_url: str, rng: random.Random) -> Any:
 class Workers:
     """The worker processes, restarted when they die (killed or crashed)."""
 
-    def __init__(self, count: int, command: list[str], env: dict[str, str], logdir: Path) -> None:
-        self.command = command
+    def __init__(
+        self,
+        count: int,
+        command: list[str],
+        env: dict[str, str],
+        logdir: Path,
+        *,
+        remote: list[str] | None = None,
+        remote_count: int = 0,
+    ) -> None:
+        # One command per slot: ``runagents`` processes, then remote ``holdpoint-worker``
+        # processes (the Python client), killed and frozen alike.
+        self.commands = [command] * count + [remote or command] * remote_count
+        self.local_count = count
         self.env = env
         self.logdir = logdir
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -150,13 +162,14 @@ class Workers:
         self.lock = threading.Lock()
         self.started = 0
         self.unexpected_exits = 0
-        for _ in range(count):
-            self.procs.append(self._spawn())
+        for slot in range(len(self.commands)):
+            self.procs.append(self._spawn(slot))
 
-    def _spawn(self) -> subprocess.Popen[bytes]:
+    def _spawn(self, slot: int) -> subprocess.Popen[bytes]:
         self.started += 1
-        out = open(self.logdir / f"worker-{self.started}.log", "ab")  # noqa: SIM115
-        return subprocess.Popen(self.command, cwd=ROOT, env=self.env, stdout=out, stderr=out)
+        kind = "remote" if slot >= self.local_count else "worker"
+        out = open(self.logdir / f"{kind}-{self.started}.log", "ab")  # noqa: SIM115
+        return subprocess.Popen(self.commands[slot], cwd=ROOT, env=self.env, stdout=out, stderr=out)
 
     def supervise(self) -> None:
         """Restart every worker that exited on its own (a supervisor's job)."""
@@ -165,7 +178,7 @@ class Workers:
                 if proc.poll() is not None:
                     self.unexpected_exits += 1
                     log(f"worker pid {proc.pid} exited ({proc.returncode}); restarting")
-                    self.procs[i] = self._spawn()
+                    self.procs[i] = self._spawn(i)
 
     def kill_one(self, rng: random.Random) -> int:
         with self.lock:
@@ -175,7 +188,7 @@ class Workers:
                 os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
             self.stopped.discard(proc.pid)
-            self.procs[i] = self._spawn()
+            self.procs[i] = self._spawn(i)
             return proc.pid
 
     def freeze_one(self, rng: random.Random) -> int | None:
@@ -338,7 +351,26 @@ def _setup_people() -> dict[str, str]:
     return tokens
 
 
-def _create_runs(count: int, hook_url: str, rng: random.Random) -> Counter[str]:
+REMOTE_AGENT = "chaos-remote"
+# One run in this many is the remote agent's, served through the Python client.
+REMOTE_SHARE = 7
+
+
+def _declare_remote() -> None:
+    """Declare the remote agent as its worker will (so runs can start before it is up)."""
+    from runs import services
+
+    services.agent_declare(
+        name=REMOTE_AGENT,
+        actor="system:chaos",
+        input_schema={"hook_url": "string"},
+        description="Remote agent (Python client) of the chaos harness",
+    )
+
+
+def _create_runs(
+    count: int, hook_url: str, rng: random.Random, *, remote: bool = False
+) -> Counter[str]:
     from runs import services
     from runs.agents import python_agent_specs
 
@@ -347,6 +379,12 @@ def _create_runs(count: int, hook_url: str, rng: random.Random) -> Counter[str]:
         raise SystemExit("chaos: no Python agents are registered (are the demo agents installed?)")
     made: Counter[str] = Counter()
     for i in range(count):
+        if remote and i % REMOTE_SHARE == REMOTE_SHARE - 1:
+            services.run_start(
+                agent=REMOTE_AGENT, input={"hook_url": hook_url}, actor="system:chaos"
+            )
+            made[REMOTE_AGENT] += 1
+            continue
         spec = specs[i % len(specs)]
         value = demo_input(spec.name, hook_url.rsplit("/hooks", 1)[0], rng)
         if value is None:
@@ -354,6 +392,16 @@ def _create_runs(count: int, hook_url: str, rng: random.Random) -> Counter[str]:
         services.run_start(agent=spec.name, input=value, actor="system:chaos")
         made[spec.name] += 1
     return made
+
+
+def _remote_statuses() -> dict[str, int]:
+    """Where the runs served through the Python client ended."""
+    from django.db.models import Count
+
+    from runs.models import Run
+
+    rows = Run.objects.filter(agent=REMOTE_AGENT).values("status").annotate(n=Count("id"))
+    return {row["status"]: row["n"] for row in rows}
 
 
 def _pick(status: list[str], rng: random.Random) -> Any:
@@ -496,6 +544,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--workers", type=int, help="worker processes (long 4, short 3)")
     parser.add_argument("--concurrency", type=int, default=2, help="threads per worker")
+    parser.add_argument(
+        "--remote-workers",
+        type=int,
+        default=1,
+        help="holdpoint-worker processes (the Python client) serving a share of the runs",
+    )
     parser.add_argument("--kills", type=int, help="SIGKILLs to send (long 60, short 15)")
     parser.add_argument("--lease-seconds", type=float, default=3.0)
     parser.add_argument(
@@ -602,9 +656,34 @@ def main(argv: list[str] | None = None) -> int:
             "--sweep-interval",
             "0.5",
         ]
-        workers = Workers(workers_n, command, env, logdir)
+        remote_command: list[str] | None = None
+        if opts.remote_workers:
+            from runs.tokens import worker_token_create
+
+            _declare_remote()
+            remote_command = [
+                PYTHON,
+                "-m",
+                "holdpoint_client.cli",
+                "--url",
+                base,
+                "--token",
+                worker_token_create(name="chaos-remote")[1],
+                "--concurrency",
+                str(opts.concurrency),
+                "--lease-seconds",
+                str(opts.lease_seconds),
+                "--wait",
+                "5",
+                "--grace",
+                "2",
+                "chaos.remote_agents:AGENTS",
+            ]
+        workers = Workers(
+            workers_n, command, env, logdir, remote=remote_command, remote_count=opts.remote_workers
+        )
         # The workers are up first, so they start on the runs while the rest are created.
-        made = _create_runs(opts.runs, hook_url, rng)
+        made = _create_runs(opts.runs, hook_url, rng, remote=bool(opts.remote_workers))
         log(f"created {sum(made.values())} runs: {dict(made)}")
         ctl = Controller(base, tokens, opts.seed)
 
@@ -798,6 +877,8 @@ def main(argv: list[str] | None = None) -> int:
             "pg_restarts": cluster.restarts,
             "unexpected_worker_exits": workers.unexpected_exits,
             "runs": sum(made.values()),
+            "runs_by_agent": dict(made),
+            "remote_runs_by_status": _remote_statuses(),
             "control_requests": len(ctl.log),
             "webhook_posts": sum(len(v) for v in book.posts.values()),
             "runs_by_status": counts,

@@ -94,6 +94,9 @@ class AgentSpec:
     # Who may approve, and how many (``runs/approvals.py``, ``parse_policy``).
     approval_policy: dict[str, Any] = field(default_factory=dict)
 
+    # A declared agent's current version (None for a Python agent).
+    version: int | None = None
+
 
 _registry: dict[str, AgentSpec] = {}
 
@@ -127,6 +130,8 @@ def agent_spec(name: str) -> AgentSpec:
         tools=tuple(declared.tools or ()),
         description=declared.description,
         source="declared",
+        label=declared.label,
+        version=declared.version,
     )
 
 
@@ -142,6 +147,19 @@ def approval_policy_for(name: str) -> tuple[dict[str, Any], str]:
     spec = _registry.get(name)
     if spec is not None and spec.approval_policy:
         return dict(spec.approval_policy), "code"
+    if spec is None:
+        from runs.models import DeclaredAgent
+
+        declared = (
+            DeclaredAgent.objects.filter(name=name)
+            .values_list("approval_policy", flat=True)
+            .first()
+        )
+        # What a remote agent declared (PUT /api/agents/{name}); ``ask_before`` is its
+        # client's business, not who may decide.
+        team = {k: v for k, v in (declared or {}).items() if k != "ask_before"}
+        if team:
+            return team, "code"
     return {}, "default"
 
 
@@ -155,21 +173,55 @@ def all_agent_specs() -> list[AgentSpec]:
 
 
 LABEL_MAX = 80
+# The label templates of declared agents (PUT /api/agents/{name}), read at most this often
+# per process: labels are drawn for every row of a list, and must not cost a query each.
+DECLARED_LABELS_TTL = 30.0
+_declared_labels: dict[str, str] = {}
+_declared_labels_at = -DECLARED_LABELS_TTL
+
+
+def declared_label(agent: str) -> str:
+    """The label template of a declared agent ("" when it has none), cached per process."""
+    import time
+
+    global _declared_labels, _declared_labels_at
+    now = time.monotonic()
+    if now - _declared_labels_at >= DECLARED_LABELS_TTL:
+        from django.db import DatabaseError
+
+        from runs.models import DeclaredAgent
+
+        try:
+            _declared_labels = dict(
+                DeclaredAgent.objects.exclude(label="").values_list("name", "label")
+            )
+        except DatabaseError:
+            return ""
+        _declared_labels_at = now
+    return _declared_labels.get(agent, "")
+
+
+def forget_declared_labels() -> None:
+    """Read the declared labels again at the next label (a declaration just changed one)."""
+    global _declared_labels_at
+    _declared_labels_at = -DECLARED_LABELS_TTL
 
 
 def run_label(agent: str, input: Any, run_id: str) -> str:
     """A run's human label: the agent's label template filled from the input (``Migrate
     auth-gateway``), else the agent's name and a short id (``deploy · 7GQ2KD``).
 
-    Only Python agents registered in this process are consulted (no query per row); a
-    template that does not fit the input (a field missing) falls back to the default.
+    Python agents registered in this process are consulted, and declared agents through a
+    per-process cache (``declared_label``: no query per row); a template that does not
+    fit the input (a field missing) falls back to the default.
     """
     short = run_id.rsplit("_", 1)[-1][-6:]
     spec = _registry.get(agent)
-    if spec is not None and spec.label and isinstance(input, dict):
+    label = spec.label if spec is not None else declared_label(agent)
+    if label and isinstance(input, dict):
         fields = {k: v if isinstance(v, str | int | float) else str(v) for k, v in input.items()}
         try:
-            text = spec.label.format_map(fields).strip()
+            text = label.format_map(fields).strip()
         except (ValueError, AttributeError, IndexError, KeyError):
             text = ""
         if text:

@@ -38,9 +38,43 @@ class DeclaredAgent(models.Model):
     retry_policy = models.JSONField(default=dict, blank=True)
     tools = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Declared over the worker API (``PUT /api/agents/{name}``): the current version, the
+    # label template, the approval policy and each tool's reversibility (docs/protocol.md).
+    version = models.PositiveIntegerField(default=1)
+    label = models.CharField(max_length=200, blank=True)
+    approval_policy = models.JSONField(default=dict, blank=True)
+    tool_declarations = models.JSONField(default=list, blank=True)
+    declared_by = models.CharField(max_length=200, blank=True)
+    updated_at = models.DateTimeField(auto_now=True, null=True)
 
     def __str__(self) -> str:
         return self.name
+
+
+class AgentVersion(models.Model):
+    """One version of a declared agent. A declaration that changes the input schema makes
+    a new version; other changes update the current one. A run keeps the version it was
+    started with (``Run.agent_version``)."""
+
+    agent = models.CharField(max_length=100)
+    version = models.PositiveIntegerField()
+    input_schema = models.JSONField(default=dict, blank=True)
+    retry_policy = models.JSONField(default=dict, blank=True)
+    label = models.CharField(max_length=200, blank=True)
+    approval_policy = models.JSONField(default=dict, blank=True)
+    tool_declarations = models.JSONField(default=list, blank=True)
+    description = models.TextField(blank=True)
+    declared_by = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "version"], name="agentversion_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent} v{self.version}"
 
 
 class AgentGate(models.Model):
@@ -81,6 +115,8 @@ class AgentGate(models.Model):
 class Run(models.Model):
     id = models.CharField(primary_key=True, max_length=40, default=new_run_id, editable=False)
     agent = models.CharField(max_length=100)
+    # The version of a declared agent the run started with (None: a Python agent).
+    agent_version = models.PositiveIntegerField(null=True, blank=True)
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
     failure_class = models.CharField(max_length=30, choices=FailureClass.choices, blank=True)
     failure_detail = models.TextField(blank=True)

@@ -192,3 +192,43 @@ def notifications_summary(request: InputRequest) -> list[dict[str, Any]]:
             )
         summary.append(entry)
     return summary
+
+
+def answers_on_checkpoint(*, run_id: str, checkpoint_id: str, number: int) -> list[dict[str, Any]]:
+    """The answers an attempt resuming from ``checkpoint_id`` may use (the matching rule of
+    docs/agents.md, as ``runtime/selectors.answers_for`` applies it in process): the
+    answered questions asked on that checkpoint since the last retry by a person, oldest
+    answer first. The worker API hands them to remote workers with the lease."""
+    from django.db.models import Max
+
+    from runs.models import Attempt
+    from runs.states import AttemptReason
+
+    line_start = (
+        Attempt.objects.filter(
+            run_id=run_id, reason=AttemptReason.RETRY, number__lte=number
+        ).aggregate(n=Max("number"))["n"]
+        or 0
+    )
+    requests = (
+        InputRequest.objects.filter(
+            run_id=run_id,
+            checkpoint_id=checkpoint_id,
+            status=RequestStatus.ANSWERED,
+            attempt__number__gte=line_start,
+        )
+        .select_related("answered_by")
+        .order_by("answered_at")
+    )
+    return [
+        {
+            "request_id": request.id,
+            "kind": request.kind,
+            "step_id": request.step_id,
+            "answer": request.answer,
+            "answered_by": request.answered_by.get_username() if request.answered_by else None,
+            "context": request.context or {},
+            "action": request.action or {},
+        }
+        for request in requests
+    ]

@@ -112,6 +112,17 @@ TEST_AGENT = "test-agent"
 
 
 @pytest.fixture(autouse=True)
+def _claim_listener_closed() -> Iterator[None]:
+    """A long-polling claim starts a LISTEN connection (runs/wakeups.py): close it after the
+    test, so it never holds the test database open."""
+    from runs.wakeups import waiter
+
+    waiter.reopen()
+    yield
+    waiter.stop()
+
+
+@pytest.fixture(autouse=True)
 def test_agent() -> Iterator[AgentSpec]:
     spec = AgentSpec(
         name=TEST_AGENT,

@@ -107,10 +107,37 @@ def unregister_tool(name: str) -> None:
     _registry.pop(name, None)
 
 
+class RemoteTool:
+    """A tool that runs in a remote agent's process (declared with ``PUT /api/agents/{name}``).
+
+    The ledger decides for it (act, look up, reuse, refuse) as for any tool; the agent's
+    process acts, looks up and reports the outcome. Here it can do neither: a look-up by
+    the reconciler cannot tell (``can_look_up`` is false), so an effect whose worker
+    vanished is looked up by the next attempt of the agent, or settled by a person.
+    """
+
+    can_look_up = False
+
+    def __init__(self, name: str, reversibility: str) -> None:
+        self.name = name
+        self.reversibility = reversibility
+
+    def execute(self, request: Any, idempotency_key: str) -> ToolResult:
+        raise ActionFailed(f"The {self.name} tool runs in the agent's process, not here.")
+
+    def lookup(self, idempotency_key: str) -> Outcome | None:
+        raise OutcomeUnknown(f"The {self.name} tool runs in the agent's process; it looks up.")
+
+
 def get_tool(name: str) -> Tool:
-    """Return the registered tool, or raise ``invalid_input`` naming the known ones."""
+    """Return the registered tool (or a declared remote one), else raise ``invalid_input``."""
     tool = _registry.get(name)
     if tool is None:
+        from runs.services import declared_tool
+
+        declared = declared_tool(name)
+        if declared is not None:
+            return RemoteTool(name, declared.get("reversibility") or "irreversible")
         raise HoldpointError(
             "invalid_input",
             f"There is no tool named {name!r}; known tools: {', '.join(sorted(_registry)) or 'none'}.",
@@ -157,6 +184,7 @@ __all__ = [
     "ActionFailed",
     "Outcome",
     "OutcomeUnknown",
+    "RemoteTool",
     "Tool",
     "ToolError",
     "ToolResult",

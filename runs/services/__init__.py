@@ -10,6 +10,7 @@ from runs.services._base import (
     lock_run,
     user_or_none,
 )
+from runs.services.agents import Declared, agent_declare, declared_tool
 from runs.services.control import (
     register_retry_guard,
     retry_blockers,
@@ -43,10 +44,12 @@ from runs.services.sweeps import (
 
 __all__ = [
     "WORKER_ID_MAX_LENGTH",
+    "Declared",
     "Heartbeat",
     "Lease",
     "UserLike",
     "actor_for",
+    "agent_declare",
     "agent_pause",
     "agent_unpause",
     "attempt_claim",
@@ -58,6 +61,7 @@ __all__ = [
     "attempt_release",
     "backoffs_due",
     "checkpoint_save",
+    "declared_tool",
     "error_fingerprint",
     "history_purge",
     "leases_expire",

@@ -133,6 +133,7 @@ def run_start(
         )
     run = Run.objects.create(
         agent=spec.name,
+        agent_version=spec.version,
         input=input,
         approvals=steps,
         pause_before=list(dict.fromkeys(pause_before or [])),

@@ -42,3 +42,8 @@ def test_it_keeps_every_invariant_through_the_short_chaos_run(tmp_path: Path) ->
     assert figures["checks"]["no notification was lost"]["checked"] > 0, report
     assert all(c["violations"] == 0 for c in figures["checks"].values()), report
     assert figures["checks"]["event seq gap-free per run"]["checked"] >= 1000, report
+    # A share of the runs went through the Python client (holdpoint-worker processes,
+    # killed and frozen like the others), under the same invariants, and got somewhere.
+    assert figures["runs_by_agent"]["chaos-remote"] >= 100, report
+    remote = figures["remote_runs_by_status"]
+    assert sum(n for s, n in remote.items() if s not in ("queued", "running")) > 0, report

@@ -93,6 +93,20 @@ class Server:
         return Path(self.log.name).read_text()
 
 
+def remote_agents(var: Path, timeout: float = 30) -> set[str]:
+    from sqlite3 import connect
+
+    deadline = time.monotonic() + timeout
+    names: set[str] = set()
+    while time.monotonic() < deadline:
+        with connect(var / "holdpoint.sqlite3") as db:
+            names = {name for (name,) in db.execute("SELECT name FROM runs_declaredagent")}
+        if {"remote-triage", "remote-review"} <= names:
+            break
+        time.sleep(0.5)
+    return names
+
+
 def seen_states(page: Any, base: str) -> set[tuple[str, str]]:
     page.goto(f"{base}/runs/")
     rows = page.locator("tr[id$='-row']")
@@ -128,6 +142,15 @@ def test_make_run_serves_the_demo_and_keeps_it_across_a_restart(
             time.sleep(1)
         missing = {v for k, v in EXPECTED.items() if k not in states}
         assert not missing, f"not shown: {missing}; seen {states}"
+        # One remote agent of each kind declared itself over the worker API (the
+        # TypeScript one when Node is here and the client is built).
+        assert "remote demo workers" in banner
+        declared = remote_agents(tmp_path)
+        assert {"remote-triage", "remote-review"} <= declared, declared
+        if "typescript" in banner.split("remote demo workers", 1)[1].splitlines()[0]:
+            assert "ts-incident" in declared
+        page.goto(f"{server.url}/agents/")
+        assert "remote-triage" in page.content()
         page.goto(f"{server.url}/side-effects/")
         assert "analytics" in page.content()  # the webhook whose outcome is unknown
         # Issue 18: a config change two people must approve, the first approval given,

@@ -24,6 +24,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from runs.migrated import require_migrated
 from runtime.demo_receiver import DemoReceiver
+from runtime.demo_remote import RemoteDemo, start_remote_demo
 from runtime.demo_seed import DEMO_ACCOUNTS, DemoDriver, ensure_demo_accounts, seed_demo_runs
 from runtime.devloop import hold_worker_lock
 from runtime.worker import WorkerPool
@@ -48,6 +49,11 @@ class Command(BaseCommand):
             help="Port of the demo webhook receiver (0: any free port).",
         )
         parser.add_argument("--no-demo", action="store_true", help="No demo accounts or runs.")
+        parser.add_argument(
+            "--no-remote",
+            action="store_true",
+            help="Start no remote demo workers (Python client, LangGraph, TypeScript client).",
+        )
         parser.add_argument("--no-migrate", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -78,10 +84,16 @@ class Command(BaseCommand):
             if scenarios:
                 driver = DemoDriver(scenarios, stop)
                 driver.start()
-        self._announce(options, receiver, pool, password, demo)
+        remote: RemoteDemo | None = None
+        if demo and not options["no_remote"]:
+            # Separate processes over HTTP; they wait (with backoff) until daphne listens.
+            remote = start_remote_demo(f"http://{options['host']}:{options['port']}", receiver.url)
+        self._announce(options, receiver, pool, password, demo, remote)
         try:
             self._serve(options["host"], options["port"])
         finally:
+            if remote is not None:
+                remote.stop()
             self.stdout.write("holdpoint: stopping workers (each finishes its step)…")
             self.stdout.flush()
             stop.set()
@@ -118,6 +130,7 @@ class Command(BaseCommand):
         pool: WorkerPool | None,
         password: str | None,
         demo: bool,
+        remote: RemoteDemo | None = None,
     ) -> None:
         db = settings.DATABASES["default"]
         store = "PostgreSQL" if "postgresql" in str(db["ENGINE"]) else f"SQLite ({db['NAME']})"
@@ -135,6 +148,10 @@ class Command(BaseCommand):
         ]
         if settings.HOLDPOINT_OUTBOUND_ALLOW_LOCAL:
             lines.append("  outbound calls may reach local addresses (demo)")
+        if remote is not None:
+            started = ", ".join(remote.processes) or "none"
+            lines.append(f"  remote demo workers (docs/agents.md): {started}")
+            lines += [f"    not started: {kind}: {why}" for kind, why in remote.skipped.items()]
         if password:
             lines += [
                 "  accounts (shown once; change with `python manage.py changepassword NAME`):",

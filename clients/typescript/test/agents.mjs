@@ -1,0 +1,62 @@
+// Remote agents for the TypeScript client's tests. The "external system" is a folder
+// (HOLDPOINT_TEST_TOOL_DIR): one file per idempotency key, one line per execution.
+import { appendFileSync, existsSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { Agent } from "../dist/index.js";
+
+const root = () => process.env.HOLDPOINT_TEST_TOOL_DIR;
+const file = (key) => join(root(), `${key.replaceAll("/", "_")}.json`);
+
+export const folderTool = {
+  name: "folder",
+  reversibility: "compensable",
+  async execute(request, key) {
+    writeFileSync(file(key), JSON.stringify(request));
+    appendFileSync(join(root(), "executions.log"), `${key} ${process.pid}\n`);
+    return { externalReference: `folder:${key}`, result: { written: true } };
+  },
+  async lookup(key) {
+    return existsSync(file(key)) ? { status: "confirmed", externalReference: `folder:${key}` } : null;
+  },
+};
+
+export const deploy = new Agent({
+  name: "ts-deploy",
+  inputSchema: { service: "string" },
+  label: "Deploy {service}",
+  description: "A TypeScript agent: asks, approves, writes once",
+  tools: [folderTool],
+  retry: { max_attempts: 5, backoff_initial: 0.1, backoff_max: 0.5 },
+});
+
+deploy.step(
+  "plan",
+  async (ctx, state) => {
+    const answer = await ctx.ask("Which versions?", { versions: "string[]" });
+    await ctx.log("planned", "info", { versions: answer.versions });
+    ctx.cost(0.25);
+    return ctx.next("apply", { versions: answer.versions });
+  },
+  { start: true },
+);
+
+deploy.step("apply", async (ctx, state) => {
+  const approval = await ctx.approve("deploy", ctx.input.service, { versions: { from: [], to: state.versions } });
+  if (approval.denied) return ctx.done({ deployed: false, by: approval.answeredBy });
+  const done = await ctx.sideEffect("folder", ctx.input.service, { versions: state.versions });
+  if (process.env.HOLDPOINT_TEST_LINGER) await ctx.sleep(Number(process.env.HOLDPOINT_TEST_LINGER));
+  return ctx.next("report", { ...state, reference: done.externalReference });
+});
+
+deploy.step("report", async (ctx, state) => ctx.done({ deployed: true, ...state }));
+
+export const looper = new Agent({ name: "ts-loop", description: "Loops in small steps" });
+looper.step("spin", async (ctx, state) => {
+  const n = state.n ?? 0;
+  if (n >= (ctx.input.steps ?? 1000)) return ctx.done({ n });
+  await ctx.sleep(ctx.input.pause ?? 0.2);
+  return ctx.next("spin", { n: n + 1 });
+});
+
+export const AGENTS = [deploy, looper];

@@ -1,0 +1,99 @@
+"""The remote demo workers of ``make run``: one agent of each remote kind beside the
+in-process ones, so the dashboard shows them all.
+
+- the Python client: ``holdpoint-worker … holdpoint_client.demo:AGENTS`` (``remote-triage``,
+  and ``remote-review``, a LangGraph graph, when the ``[langgraph]`` extra is installed);
+- the TypeScript client: ``node clients/typescript/dist/cli.js … examples/demo.mjs:AGENTS``
+  (``ts-incident``) when Node is installed and the client is built (``make run`` builds it
+  when npm is there).
+
+They are separate processes talking HTTP to this server with a worker token made for
+them at each start (``demo-remote``; the previous one is revoked). They declare their
+agents, long-poll for work, and are stopped (SIGTERM: leases released) with the server.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.conf import settings
+
+from runs.tokens import worker_token_create, worker_token_revoke
+
+logger = logging.getLogger("runtime")
+
+TOKEN_NAME = "demo-remote"
+
+
+@dataclass
+class RemoteDemo:
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def stop(self, timeout: float = 15) -> None:
+        for proc in self.processes.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.processes.values():
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def start_remote_demo(url: str, receiver_url: str) -> RemoteDemo:
+    """Start the remote demo workers against ``url``; say what could not start and why."""
+    demo = RemoteDemo()
+    worker_token_revoke(name=TOKEN_NAME)
+    _, token = worker_token_create(name=TOKEN_NAME)
+    env = {
+        **os.environ,
+        "HOLDPOINT_TOKEN": token,
+        "HOLDPOINT_DEMO_RECEIVER": receiver_url,
+        "PYTHONUNBUFFERED": "1",
+    }
+    common = ["--url", url, "--name", "demo-remote"]
+    logs = Path(settings.VAR_DIR)
+    if importlib.util.find_spec("holdpoint_client") is None:
+        demo.skipped["python"] = "pip install ./clients/python"
+    else:
+        demo.processes["python"] = _spawn(
+            [sys.executable, "-m", "holdpoint_client.cli", *common, "holdpoint_client.demo:AGENTS"],
+            Path(settings.BASE_DIR),
+            env,
+            logs / "remote-python.log",
+        )
+        if importlib.util.find_spec("langgraph") is None:
+            demo.skipped["langgraph"] = "pip install './clients/python[langgraph]'"
+    client = Path(settings.BASE_DIR) / "clients" / "typescript"
+    if shutil.which("node") is None:
+        demo.skipped["typescript"] = "Node 20+ is not installed"
+    elif not (client / "dist" / "cli.js").exists():
+        demo.skipped["typescript"] = "cd clients/typescript && npm ci && npm run build"
+    else:
+        demo.processes["typescript"] = _spawn(
+            ["node", "dist/cli.js", *common, "./examples/demo.mjs:AGENTS"],
+            client,
+            env,
+            logs / "remote-typescript.log",
+        )
+    return demo
+
+
+def _spawn(
+    command: list[str], cwd: Path, env: dict[str, str], log: Path
+) -> subprocess.Popen[bytes]:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    logger.info("remote demo worker: %s (log %s)", " ".join(command[:4]), log)
+    # Our own fixed command lines (the interpreter, node, the demo modules): no user input.
+    return subprocess.Popen(  # noqa: S603
+        command, cwd=cwd, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT
+    )

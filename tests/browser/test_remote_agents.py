@@ -1,0 +1,248 @@
+"""Remote agents in the browser: a run of each kind of remote worker — the Python client,
+a LangGraph graph through it, and the TypeScript client — started from the dashboard,
+asking, answered in the browser, acting exactly once through a SIGKILL of its worker,
+cancelled, paused and continued, and ending with its report.
+
+The workers are real ``holdpoint-worker`` processes (Python and Node) talking HTTP to the
+live server of the browser tests; expired leases are swept by the test, as a ``runagents``
+sweeper would.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import User
+from playwright.sync_api import expect
+
+from runs import services
+from runs.models import InputRequest, Run, RunEvent
+from runs.tokens import worker_token_create
+from tests.browser.conftest import login, open_request, shot
+
+pytestmark = [pytest.mark.browser, pytest.mark.process, pytest.mark.django_db(transaction=True)]
+
+TS_CLIENT = Path(settings.BASE_DIR) / "clients" / "typescript"
+
+
+@pytest.fixture
+def tool_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "tool"
+    path.mkdir()
+    monkeypatch.setenv("HOLDPOINT_TEST_TOOL_DIR", str(path))
+    return path
+
+
+@pytest.fixture
+def remote(live_server: Any, tool_dir: Path, tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """Start a remote worker process: ``remote("py", name)`` or ``remote("ts", name)``."""
+    _, token = worker_token_create(name="browser-remote")
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(kind: str, name: str, **env: str) -> subprocess.Popen[bytes]:
+        log = tmp_path / f"{name}.log"
+        common = ["--url", live_server.url, "--lease-seconds", "3", "--wait", "2", "--grace", "1"]
+        if kind == "py":
+            command = [
+                sys.executable,
+                "-m",
+                "holdpoint_client.cli",
+                *common,
+                "--name",
+                name,
+                "tests.clients.agents:AGENTS",
+                "tests.clients.graphs:AGENTS",
+            ]
+            cwd = Path(settings.BASE_DIR)
+        else:
+            command = ["node", "dist/cli.js", *common, "--name", name, "./test/agents.mjs:AGENTS"]
+            cwd = TS_CLIENT
+        proc = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env={**os.environ, "HOLDPOINT_TOKEN": token, "PYTHONUNBUFFERED": "1", **env},
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        procs.append(proc)
+        deadline = time.monotonic() + 30
+        while "serving" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+
+def settle(predicate: Callable[[], Any], what: str, timeout: float = 40) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        services.sweep_all()
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def pending(run_id: str, kind: str) -> InputRequest:
+    return settle(
+        lambda: InputRequest.objects.filter(run_id=run_id, status="pending", kind=kind).first(),
+        f"a {kind} request on {run_id}",
+    )
+
+
+def status_is(run_id: str, wanted: str) -> None:
+    settle(lambda: Run.objects.get(pk=run_id).status == wanted, f"{run_id} to be {wanted}")
+
+
+def executions(tool_dir: Path) -> list[str]:
+    log = tool_dir / "executions.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def start_from_dashboard(page: Any, agent: str, fill: dict[str, str]) -> str:
+    page.goto("/")
+    page.get_by_role("link", name="Start a run").click()
+    page.get_by_role("link", name=re.compile(agent)).click()
+    for label, value in fill.items():
+        page.get_by_label(re.compile(label, re.IGNORECASE)).first.fill(value)
+    page.get_by_role("button", name=f"Start {agent}").click()
+    expect(page.locator(".flash-success")).to_have_text("Run started.")
+    return re.search(r"/runs/(run_[0-9A-Z]+)/", page.url).group(1)  # type: ignore[union-attr]
+
+
+def answer_versions(page: Any, run_id: str, version: str) -> None:
+    question = pending(run_id, "input_required")
+    page.goto(f"/runs/{run_id}/")
+    card = open_request(page, question.id)
+    expect(card.locator("h2")).to_have_text("Which versions?")
+    card.locator("input[name='answer/versions']").first.fill(version)
+    card.get_by_role("button", name="Submit response").click()
+    expect(page.locator(f"#run-{run_id}-main .flash-success")).to_contain_text("Answer sent.")
+
+
+def approve(page: Any, run_id: str) -> None:
+    approval = pending(run_id, "auth_required")
+    page.goto(f"/runs/{run_id}/")
+    card = open_request(page, approval.id)
+    card.get_by_role("button", name=re.compile("^Approve")).click()
+    expect(page.locator(f"#run-{run_id}-main .flash-success")).to_contain_text("Approved.")
+
+
+def test_a_python_client_run_end_to_end_through_a_worker_kill(
+    new_page: Any, operator: User, approver: User, remote: Any, tool_dir: Path
+) -> None:
+    first = remote("py", "py-first", HOLDPOINT_TEST_LINGER="60")
+    olivia = new_page()
+    login(olivia, "olivia")
+    run_id = start_from_dashboard(olivia, "remote-deploy", {"service": "auth-gateway"})
+    answer_versions(olivia, run_id, "v2")
+    alice = new_page()
+    login(alice, "alice")
+    approve(alice, run_id)
+    # The side effect happens once; then the worker dies while the step lingers.
+    settle(
+        lambda: RunEvent.objects.filter(run_id=run_id, type="side_effect.confirmed").exists(),
+        "the side effect",
+    )
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    remote("py", "py-second")
+    status_is(run_id, "succeeded")
+    alice.goto(f"/runs/{run_id}/")
+    expect(alice.locator(f"#run-{run_id}-status")).to_have_text("Succeeded")
+    expect(alice.locator(f"#run-{run_id}-report")).to_contain_text("folder")
+    shot(alice, "remote-python-succeeded")
+    assert len(executions(tool_dir)) == 1
+
+
+def test_a_python_client_run_is_cancelled_and_another_paused_from_the_browser(
+    page: Any, operator: User, remote: Any
+) -> None:
+    remote("py", "py-loops")
+    services.agent_declare(name="remote-loop", actor="test")  # declared by the worker too
+    # Slow steps: the run page is re-rendered live at every checkpoint, and an open
+    # dialog goes with it.
+    cancelled = services.run_start(agent="remote-loop", input={"pause": 5}, user=operator).id
+    paused = services.run_start(
+        agent="remote-loop", input={"pause": 3, "steps": 2}, user=operator
+    ).id
+    login(page, "olivia")
+    status_is(cancelled, "running")
+    page.goto(f"/runs/{cancelled}/")
+    page.get_by_text("Cancel run…").click()
+    page.get_by_label(re.compile("Reason")).fill("Wrong service")
+    page.get_by_role("button", name="Cancel this run").click()
+    expect(page.locator(f"#run-{cancelled}-status")).to_have_text("Cancelled", timeout=20_000)
+
+    status_is(paused, "running")
+    page.goto(f"/runs/{paused}/")
+    page.get_by_text("Pause…").click()
+    page.locator("#pause-reason").fill("Look first")
+    page.get_by_role("button", name="Pause this run").click()
+    expect(page.locator(f"#run-{paused}-status")).to_have_text("Paused", timeout=20_000)
+    page.locator(f"#run-{paused}-paused").get_by_role("button", name="Continue").click()
+    expect(page.locator(".flash-success")).to_contain_text("Run continued")
+    status_is(paused, "succeeded")
+    assert Run.objects.get(pk=paused).result == {"n": 2}
+
+
+def test_a_langgraph_run_is_reviewed_in_the_browser(
+    page: Any, operator: User, remote: Any, tool_dir: Path
+) -> None:
+    pytest.importorskip("langgraph")
+    remote("py", "py-graphs")
+    login(page, "olivia")
+    run_id = start_from_dashboard(page, "lg-review", {"request": "note"})
+    review = pending(run_id, "input_required")
+    page.goto(f"/runs/{run_id}/")
+    card = open_request(page, review.id)
+    expect(card.locator("h2")).to_contain_text("Run folder with")
+    shot(page, "remote-langgraph-review")
+    # Four choices (accept, edit, respond, ignore as approve, edit, respond, deny): radios.
+    card.get_by_label("approve", exact=True).check()
+    card.get_by_role("button", name="Submit response").click()
+    expect(page.locator(f"#run-{run_id}-main .flash-success")).to_contain_text("Answer sent.")
+    status_is(run_id, "succeeded")
+    assert Run.objects.get(pk=run_id).result["review"] == "accepted"
+    assert len(executions(tool_dir)) == 1
+
+
+def test_a_typescript_client_run_end_to_end(
+    new_page: Any, operator: User, approver: User, remote: Any, tool_dir: Path
+) -> None:
+    if shutil.which("node") is None or not (TS_CLIENT / "dist" / "cli.js").exists():
+        if os.environ.get("CI") and shutil.which("npm"):
+            subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=TS_CLIENT, check=True)
+            subprocess.run(["npm", "run", "build"], cwd=TS_CLIENT, check=True)
+        else:
+            pytest.skip("the TypeScript client is not built (npm ci && npm run build)")
+    remote("ts", "ts-browser")
+    olivia = new_page()
+    login(olivia, "olivia")
+    run_id = start_from_dashboard(olivia, "ts-deploy", {"service": "billing"})
+    answer_versions(olivia, run_id, "v9")
+    alice = new_page()
+    login(alice, "alice")
+    approve(alice, run_id)
+    status_is(run_id, "succeeded")
+    alice.goto(f"/runs/{run_id}/")
+    expect(alice.locator(f"#run-{run_id}-status")).to_have_text("Succeeded")
+    expect(alice.locator(f"#run-{run_id}-report")).to_contain_text("folder")
+    assert len(executions(tool_dir)) == 1

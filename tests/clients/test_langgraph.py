@@ -1,0 +1,136 @@
+"""LangGraph graphs under Holdpoint (``holdpoint_client.langgraph``) against a live
+server: LangGraph's human-in-the-loop examples answered from Holdpoint's hold points —
+approve a tool call, edit it, respond instead, ignore it, ask the human — and a worker
+SIGKILLed between nodes that resumes from the last node with no tool call repeated."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runs import services
+from runs.models import Checkpoint, Run, RunEvent
+from tests.clients.conftest import answer, executions, wait_for, wait_pending, wait_status
+
+try:
+    import langgraph  # noqa: F401
+except ImportError:  # pragma: no cover - make test installs the extra
+    if os.environ.get("CI"):
+        raise
+    pytest.skip("pip install './clients/python[langgraph]'", allow_module_level=True)
+
+from tests.clients.graphs import AGENTS
+
+pytestmark = [pytest.mark.postgres, pytest.mark.process, pytest.mark.django_db(transaction=True)]
+
+
+def nodes(tool_dir: Path) -> list[str]:
+    log = tool_dir / "nodes.log"
+    return [line.split()[0] for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def review_run(operator: Any) -> str:
+    return services.run_start(agent="lg-review", input={"request": "note"}, user=operator).id
+
+
+@pytest.fixture
+def graphs(worker) -> Any:
+    return worker(AGENTS)
+
+
+def test_a_reviewed_tool_call_accepted_runs_once_with_its_arguments(
+    graphs, operator, tool_dir: Path
+) -> None:
+    run_id = review_run(operator)
+    card = wait_pending(run_id, "input_required")
+    assert card.prompt.startswith("Run folder with")
+    assert card.context["action_request"] == {
+        "action": "folder",
+        "args": {"city": "sf", "note": "note"},
+    }
+    assert card.accepted_schema["properties"]["decision"]["enum"] == [
+        "approve",
+        "edit",
+        "respond",
+        "deny",
+    ]
+    answer(run_id, card, {"decision": "approve"}, operator)
+    wait_status(run_id, "succeeded")
+    run = Run.objects.get(pk=run_id)
+    assert run.result["review"] == "accepted"
+    assert run.result["outcome"].startswith("folder:")
+    assert len(executions(tool_dir)) == 1
+    written = next(tool_dir.glob("*.json")).read_text()
+    assert '"city": "sf"' in written
+    # Each node boundary is a Holdpoint checkpoint holding the graph's state, named by the
+    # node that runs next (the first, __start__, runs the graph's entry node).
+    steps = list(
+        Checkpoint.objects.filter(run_id=run_id).order_by("number").values_list("step", flat=True)
+    )
+    assert steps == ["__start__", "human_review", "run_tool"]
+    # call_llm ran once: the answer resumed human_review, not the graph from the start.
+    assert nodes(tool_dir).count("call_llm") == 1
+
+
+def test_an_edited_tool_call_runs_with_the_edited_arguments(graphs, operator, tool_dir) -> None:
+    run_id = review_run(operator)
+    card = wait_pending(run_id, "input_required")
+    answer(run_id, card, {"decision": "edit", "args": {"city": "nyc", "note": "edited"}}, operator)
+    wait_status(run_id, "succeeded")
+    assert Run.objects.get(pk=run_id).result["review"] == "edited"
+    [written] = [p.read_text() for p in tool_dir.glob("*.json")]
+    assert '"city": "nyc"' in written and '"note": "edited"' in written
+
+
+def test_respond_and_ignore_run_no_tool(graphs, operator, tool_dir) -> None:
+    responded = review_run(operator)
+    answer(
+        responded,
+        wait_pending(responded, "input_required"),
+        {"decision": "respond", "response": "use the cache instead"},
+        operator,
+    )
+    ignored = review_run(operator)
+    answer(ignored, wait_pending(ignored, "input_required"), {"decision": "deny"}, operator)
+    wait_status(responded, "succeeded")
+    wait_status(ignored, "succeeded")
+    assert Run.objects.get(pk=responded).result["outcome"] == "use the cache instead"
+    assert Run.objects.get(pk=ignored).result["review"] == "ignored"
+    assert executions(tool_dir) == []
+
+
+def test_the_graph_asks_the_human(graphs, operator, tool_dir) -> None:
+    run_id = services.run_start(agent="lg-ask", input={}, user=operator).id
+    card = wait_pending(run_id, "input_required")
+    assert card.prompt == "Where are you?"
+    assert card.context["interrupt"] == "Where are you?"
+    answer(run_id, card, {"answer": "Lisbon"}, operator)
+    wait_status(run_id, "succeeded")
+    assert Run.objects.get(pk=run_id).result == {
+        "location": "Lisbon",
+        "greeting": "Weather in Lisbon: sunny",
+    }
+
+
+def test_a_worker_killed_between_nodes_resumes_from_the_last_node(
+    spawn, operator, tool_dir: Path
+) -> None:
+    first, _ = spawn("lg-killed", "tests.clients.graphs:AGENTS", HOLDPOINT_TEST_LINGER="60")
+    run_id = services.run_start(agent="lg-chain", input={}, user=operator).id
+    wait_for(lambda: "linger" in nodes(tool_dir), 30, "the graph to reach linger")
+    assert Checkpoint.objects.filter(run_id=run_id, step="linger").exists()
+    first.kill()
+    first.wait(10)
+    spawn("lg-next", "tests.clients.graphs:AGENTS")
+    wait_status(run_id, "succeeded", timeout=40)
+    assert Run.objects.get(pk=run_id).result["done"] is True
+    # write (the node with the tool call) ran once; linger ran again from its checkpoint.
+    assert nodes(tool_dir).count("write") == 1
+    assert nodes(tool_dir).count("linger") == 2
+    assert len(executions(tool_dir)) == 1
+    assert RunEvent.objects.filter(run_id=run_id, type="attempt.lost").exists() or (
+        RunEvent.objects.filter(run_id=run_id, type="attempt.claimed").count() >= 2
+    )

@@ -37,10 +37,8 @@ import dataclasses
 from typing import Any
 
 from django.http import HttpResponse
-from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
 from rest_framework.request import Request
-from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from api.authentication import AnonymousRateAuthentication, IsWorker, WorkerTokenAuthentication
@@ -210,44 +208,6 @@ def _write_schema(request: type[serializers.Serializer], ok: Any, *codes: str) -
 
 
 # --- Endpoints ---------------------------------------------------------------------------------
-
-
-class WorkerClaimApi(WorkerApiView):
-    """Lease the next due attempt: the lease, the checkpoint to resume from, the answer."""
-
-    class InputSerializer(serializers.Serializer):
-        class Meta:
-            ref_name = "WorkerClaimInput"
-
-        worker_id = serializers.CharField(max_length=services.WORKER_ID_MAX_LENGTH)
-        agents = serializers.ListField(
-            child=serializers.CharField(max_length=100), required=False, max_length=1000
-        )
-        lease_seconds = serializers.FloatField(min_value=0.1, max_value=3600, required=False)
-
-    @command_schema(
-        InputSerializer,
-        {
-            200: LeaseSerializer,
-            204: OpenApiResponse(description="No attempt is due; wait and claim again."),
-        },
-        tags=["worker"],
-        key_required=False,
-        auth_codes=WORKER_AUTH_CODES,
-    )
-    def post(self, request: Request) -> HttpResponse:
-        def claim(data: dict[str, Any]) -> Response:
-            lease = services.attempt_claim(
-                worker_token_id=token_id(request),
-                worker_id=data["worker_id"],
-                agents=data.get("agents") or None,
-                lease_seconds=data.get("lease_seconds"),
-            )
-            if lease is None:
-                return Response(status=204)
-            return Response(lease_data(lease))
-
-        return self.command(request, claim)
 
 
 class WorkerHeartbeatApi(WorkerApiView):

@@ -1,0 +1,76 @@
+"""A person's permission set in one query, held on the user object for the request.
+
+Django's ``ModelBackend`` reads a user's permissions in two queries (their own, then
+their groups'), once per user object. Every request loads its user afresh (a session,
+a DRF token), so that was two queries per request before the view did anything
+(docs/performance.md). Here both are one statement, and the result is kept where
+``ModelBackend`` keeps its own (``user._perm_cache``), so ``has_perm`` asks nothing more
+for the rest of the request. Nothing is cached across requests: a permission or group
+change counts from the next request on, as before.
+
+``PERMISSIONS_OF_USER`` is the same statement as a correlated subquery, for a query that
+loads the user (the token lookup of ``api.authentication`` loads token, user and
+permissions in one statement on PostgreSQL).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import Group, Permission, User
+from django.contrib.contenttypes.models import ContentType
+from django.db import connection
+
+
+def _tables() -> dict[str, str]:
+    return {
+        "perm": Permission._meta.db_table,
+        "ct": ContentType._meta.db_table,
+        "user_perms": User.user_permissions.through._meta.db_table,
+        "group_perms": Group.permissions.through._meta.db_table,
+        "user_groups": User.groups.through._meta.db_table,
+    }
+
+
+def _ids_sql(user_id_sql: str) -> str:
+    """The permission ids of a user: their own and their groups', in one subquery."""
+    t = _tables()
+    return (
+        f'SELECT "permission_id" FROM "{t["user_perms"]}" WHERE "user_id" = {user_id_sql} '
+        f'UNION SELECT gp."permission_id" FROM "{t["group_perms"]}" gp '
+        f'JOIN "{t["user_groups"]}" ug ON ug."group_id" = gp."group_id" '
+        f'WHERE ug."user_id" = {user_id_sql}'
+    )
+
+
+def permissions_of_user_sql(user_id_sql: str) -> str:
+    """``app_label.codename`` of each permission of the user ``user_id_sql`` names (a column
+    of the outer query, or a parameter placeholder), one per row."""
+    t = _tables()
+    return (
+        f'SELECT ct."app_label" || \'.\' || p."codename" FROM "{t["perm"]}" p '
+        f'JOIN "{t["ct"]}" ct ON ct."id" = p."content_type_id" '
+        f'WHERE p."id" IN ({_ids_sql(user_id_sql)})'
+    )
+
+
+def permission_set(user: Any) -> set[str]:
+    """Every permission of ``user`` (own and groups'), as ``ModelBackend`` names them, in one
+    query. A superuser holds every permission (as ``ModelBackend`` says)."""
+    if not user.is_active or user.is_anonymous:
+        return set()
+    if user.is_superuser:
+        return {
+            f"{app}.{codename}"
+            for app, codename in Permission.objects.values_list(
+                "content_type__app_label", "codename"
+            ).order_by()
+        }
+    with connection.cursor() as cursor:
+        cursor.execute(permissions_of_user_sql("%s"), [user.pk, user.pk])
+        return {row[0] for row in cursor.fetchall()}
+
+
+def remember_permissions(user: Any, names: set[str]) -> None:
+    """Keep ``names`` as ``user``'s permission set for this object's life (the request)."""
+    user._perm_cache = names

@@ -34,8 +34,8 @@ from rest_framework.authentication import (
     TokenAuthentication,
     get_authorization_header,
 )
-from rest_framework.permissions import BasePermission
 from rest_framework.authtoken.models import Token
+from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from runs.models import WorkerToken
@@ -118,7 +118,7 @@ def _token_query() -> tuple[str, list[str]]:
     fields = [f.column for f in User._meta.concrete_fields]
     user_columns = ", ".join(f'u."{c}"' for c in fields)
     sql = (
-        f'SELECT t."created", {user_columns}, '
+        f'SELECT t."created", {user_columns}, '  # noqa: S608 - names from the models; values are parameters
         f"ARRAY({permissions_of_user_sql('u.id')}) "
         f'FROM "{Token._meta.db_table}" t JOIN "{User._meta.db_table}" u ON u."id" = t."user_id" '
         f'WHERE t."key" = %s'
@@ -142,7 +142,7 @@ class ThrottledTokenAuthentication(FailureCountingMixin, TokenAuthentication):
         return self._guarded(request, lambda: TokenAuthentication.authenticate(self, request))
 
     def authenticate_credentials(self, key: str) -> tuple[Any, Any]:
-        global _TOKEN_QUERY  # noqa: PLW0603 - built once, after the models are ready
+        global _TOKEN_QUERY
         if connection.vendor != "postgresql":
             return super().authenticate_credentials(key)
         if _TOKEN_QUERY is None:

@@ -175,7 +175,8 @@ if HOLDPOINT_CACHE == "redis":
         raise ImproperlyConfigured("HOLDPOINT_CACHE=redis needs REDIS_URL.")
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            # Django's, with one client per pool and a one-round-trip counter (runs/cache.py).
+            "BACKEND": "runs.cache.RedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": env_str("CHANNEL_PREFIX", "holdpoint"),
         }

@@ -65,12 +65,16 @@ def hit(scope: str, ident: str, rate: tuple[int, int]) -> Verdict:
     now = time.time()
     window = int(now // seconds)
     key = f"{PREFIX}:{scope}:{_digest(ident)}:{window}"
-    cache.add(key, 0, timeout=seconds + 1)
-    try:
-        count = cache.incr(key)
-    except ValueError:  # Evicted between add and incr: this is the window's first hit.
-        cache.set(key, 1, timeout=seconds + 1)
-        count = 1
+    incr_window = getattr(cache, "incr_window", None)
+    if incr_window is not None:  # Redis (runs.cache): one round trip.
+        count = incr_window(key, seconds + 1)
+    else:
+        cache.add(key, 0, timeout=seconds + 1)
+        try:
+            count = cache.incr(key)
+        except ValueError:  # Evicted between add and incr: this is the window's first hit.
+            cache.set(key, 1, timeout=seconds + 1)
+            count = 1
     retry_after = max(1, math.ceil((window + 1) * seconds - now))
     return Verdict(allowed=count <= limit, retry_after=retry_after, count=count)
 

@@ -109,6 +109,7 @@ class Caller:
 class Counter:
     def __init__(self) -> None:
         self.n = 0
+        self.commits = 0
         self.sql: list[str] = []
         self.keep = False
 
@@ -310,6 +311,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
         def counted_commit() -> None:
             counter.n += 2
+            counter.commits += 1
             commit()
 
         def counted_rollback() -> None:
@@ -320,7 +322,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         connection._rollback = counted_rollback  # type: ignore[method-assign]
         raw_cpu = _raw_update_cpu(url, n)
         figures: dict[str, Any] = {"raw_update_commit_cpu_ms": round(raw_cpu, 3), "ops": {}}
-        rows: list[list[Any]] = [["raw UPDATE;COMMIT (psycopg)", raw_cpu, 2, "", "", "", ""]]
+        rows: list[list[Any]] = [["raw UPDATE;COMMIT (psycopg)", raw_cpu, 2, 1, "", "", "", ""]]
         with connection.execute_wrapper(counter):
             for name, (fn, expect) in ops.items():
                 for _ in range(warm):
@@ -346,12 +348,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     pstats.Stats(prof).sort_stats("cumulative").print_stats(40)
                     pstats.Stats(prof).sort_stats("tottime").print_stats(25)
                     continue
-                counter.n = 0
+                counter.n = counter.commits = 0
                 c0 = time.process_time()
                 for _ in range(n):
                     fn()
                 cpu = (time.process_time() - c0) / n * 1000
                 statements = counter.n / n
+                commits = counter.commits / n
                 target = TARGETS.get(name)
                 cpu_ok = None if target is None else cpu <= target[0]
                 st_ok = None if target is None or target[1] is None else statements <= target[1]
@@ -360,6 +363,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         name,
                         cpu,
                         statements,
+                        commits,
                         f"<= {target[0]} ms" if target else "",
                         verdict(cpu_ok) if target else "",
                         f"<= {target[1]}" if target and target[1] else "",
@@ -369,6 +373,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 figures["ops"][name] = {
                     "cpu_ms": round(cpu, 3),
                     "statements": round(statements, 2),
+                    "transactions": round(commits, 2),
                     "cpu_target_ms": target[0] if target else None,
                     "statement_target": target[1] if target else None,
                     "cpu_met": cpu_ok,
@@ -383,7 +388,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     print(
         table(
-            ["request", "CPU ms", "statements", "CPU target", "CPU", "stmt target", "stmts"],
+            [
+                "request",
+                "CPU ms",
+                "statements",
+                "transactions",
+                "CPU target",
+                "CPU",
+                "stmt target",
+                "stmts",
+            ],
             rows,
         )
     )

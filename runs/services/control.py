@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext, gettext_noop
 
@@ -17,6 +16,7 @@ from runs.agents import agent_spec
 from runs.clock import db_now
 from runs.errors import HoldpointError
 from runs.events import EventType, append_event, notify_cancel
+from runs.idempotency import joinable
 from runs.leases import lease_ran_out
 from runs.metrics import measured
 from runs.models import Attempt, Checkpoint, InputRequest, Run
@@ -86,7 +86,7 @@ def _answered_detail(request: InputRequest) -> dict[str, Any]:
 
 
 @measured("resume")
-@transaction.atomic(durable=True)
+@joinable
 def run_resume(
     *,
     run_id: str,
@@ -213,7 +213,7 @@ def run_resume(
 
 
 @measured("cancel")
-@transaction.atomic(durable=True)
+@joinable
 def run_cancel(
     *, run_id: str, user: UserLike = None, actor: str | None = None, reason: str = ""
 ) -> Run:
@@ -278,7 +278,7 @@ def run_cancel(
 
 
 @measured("retry")
-@transaction.atomic(durable=True)
+@joinable
 def run_retry(
     *,
     run_id: str,

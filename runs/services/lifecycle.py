@@ -21,6 +21,7 @@ from runs.agents import agent_spec
 from runs.clock import db_now, row_now, with_db_now
 from runs.errors import HoldpointError
 from runs.events import EventType, append_event
+from runs.idempotency import joinable
 from runs.metrics import measured
 from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent, claimable_q
 from runs.schemas import APPROVAL_SCHEMA, compile_schema, too_deep, validate_value
@@ -85,7 +86,7 @@ def _pause_requested(run: Run) -> bool:
 
 
 @measured("start")
-@transaction.atomic(durable=True)
+@joinable
 def run_start(
     *,
     agent: str,

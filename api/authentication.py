@@ -39,7 +39,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from runs.models import WorkerToken
-from runs.permissions import permissions_of_user_sql, remember_permissions
+from runs.permissions import user_from_row, user_select_sql
 from runs.ratelimit import (
     anonymous_hit,
     auth_failure_record,
@@ -115,15 +115,13 @@ class FailureCountingMixin:
 
 def _token_query() -> tuple[str, list[str]]:
     """The token, its user and the user's permissions in one statement (PostgreSQL)."""
-    fields = [f.column for f in User._meta.concrete_fields]
-    user_columns = ", ".join(f'u."{c}"' for c in fields)
+    select, attnames = user_select_sql("u")
+    table, users = Token._meta.db_table, User._meta.db_table
     sql = (
-        f'SELECT t."created", {user_columns}, '  # noqa: S608 - names from the models; values are parameters
-        f"ARRAY({permissions_of_user_sql('u.id')}) "
-        f'FROM "{Token._meta.db_table}" t JOIN "{User._meta.db_table}" u ON u."id" = t."user_id" '
-        f'WHERE t."key" = %s'
+        f'SELECT t."created", {select} FROM "{table}" t '  # noqa: S608 - names from the models
+        f'JOIN "{users}" u ON u."id" = t."user_id" WHERE t."key" = %s'
     )
-    return sql, [f.attname for f in User._meta.concrete_fields]
+    return sql, attnames
 
 
 _TOKEN_QUERY: tuple[str, list[str]] | None = None
@@ -153,11 +151,9 @@ class ThrottledTokenAuthentication(FailureCountingMixin, TokenAuthentication):
             row = cursor.fetchone()
         if row is None:
             raise exceptions.AuthenticationFailed(gettext("Invalid token."))
-        user = User.from_db(connection.alias, attnames, row[1:-1])
+        user = user_from_row(row[1:], attnames)
         if not user.is_active:
             raise exceptions.AuthenticationFailed(gettext("User inactive or deleted."))
-        if not user.is_superuser:
-            remember_permissions(user, set(row[-1]))
         token = Token(key=key, user_id=user.pk, created=row[0])
         token._state.adding = False
         token._state.db = connection.alias

@@ -72,5 +72,40 @@ def permission_set(user: Any) -> set[str]:
 
 
 def remember_permissions(user: Any, names: set[str]) -> None:
-    """Keep ``names`` as ``user``'s permission set for this object's life (the request)."""
-    user._perm_cache = names
+    """Keep ``names`` as ``user``'s permission set for this object's life (the request), where
+    ``ModelBackend`` keeps its own. Not for a superuser (ModelBackend gives them all)."""
+    if not user.is_superuser:
+        user._perm_cache = names
+
+
+def user_select_sql(alias: str) -> tuple[str, list[str]]:
+    """The user's columns of table alias ``alias`` and their permission names as a last
+    column (PostgreSQL's ARRAY of the subquery), and the attribute names of the columns."""
+    fields = User._meta.concrete_fields
+    columns = ", ".join(f'{alias}."{f.column}"' for f in fields)
+    user_id = f'{alias}."id"'
+    return (
+        f"{columns}, ARRAY({permissions_of_user_sql(user_id)})",
+        [f.attname for f in fields],
+    )
+
+
+def user_from_row(values: Any, attnames: list[str]) -> Any:
+    """A user from ``user_select_sql``'s columns (the permission array last), its permission
+    set remembered."""
+    user = User.from_db(connection.alias, attnames, values[:-1])
+    remember_permissions(user, set(values[-1]))
+    return user
+
+
+def user_with_permissions(user_id: Any) -> Any:
+    """The user ``user_id`` with their permission set, in one query on PostgreSQL; None when
+    there is no such user."""
+    if connection.vendor != "postgresql":
+        return User._default_manager.filter(pk=user_id).first()
+    select, attnames = user_select_sql("u")
+    sql = f'SELECT {select} FROM "{User._meta.db_table}" u WHERE u."id" = %s'  # noqa: S608 - names from the models
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [user_id])
+        row = cursor.fetchone()
+    return None if row is None else user_from_row(row, attnames)

@@ -11,13 +11,14 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import connection
 
 from runs.clock import row_now, with_db_now
 from runs.errors import HoldpointError
-from runs.events import EventType, append_event, notify_work
+from runs.events import EventType, append_event, events_saved, notify_work, take_events
 from runs.leases import lease_ran_out
 from runs.metrics import STALE_WRITES
-from runs.models import AgentGate, Attempt, Checkpoint, InputRequest, Run
+from runs.models import AgentGate, Attempt, Checkpoint, InputRequest, Run, RunEvent
 from runs.states import AttemptStatus, RequestKind, RequestStatus, next_status
 
 UserLike = AbstractBaseUser | AnonymousUser | None
@@ -35,11 +36,91 @@ def actor_for(user: UserLike, fallback: str = "system") -> str:
 
 
 def lock_run(run_id: str) -> Run:
-    """Lock and return the run row; every change to a run and its children happens under it."""
-    run = Run.objects.select_for_update(of=("self",)).filter(pk=run_id).first()
+    """Lock and return the run row; every change to a run and its children happens under it.
+
+    The database's clock is read in the same statement (``row_now(run)``)."""
+    run = with_db_now(Run.objects.select_for_update(of=("self",))).filter(pk=run_id).first()
     if run is None:
         raise HoldpointError("not_found", f"There is no run {run_id!r}.", run_id=run_id)
     return run
+
+
+def _update_sql(obj: Any, fields: list[str] | None) -> tuple[str, list[Any]]:
+    """``UPDATE`` of ``obj``'s ``fields`` (all but the key when None) as ``save`` writes it
+    (``auto_now`` included), for ``write_run``."""
+    meta = obj._meta
+    chosen = (
+        [f for f in meta.concrete_fields if not f.primary_key]
+        if fields is None
+        else [meta.get_field(name) for name in fields]
+    )
+    sets, params = [], []
+    for field in chosen:
+        value = field.pre_save(obj, False)
+        sets.append(f'"{field.column}" = %s')
+        params.append(field.get_db_prep_save(value, connection))
+    params.append(obj.pk)
+    table, key = meta.db_table, meta.pk.column
+    return f'UPDATE "{table}" SET {", ".join(sets)} WHERE "{key}" = %s', params  # noqa: S608 - names from the models
+
+
+def _insert_events_sql(events: list[RunEvent]) -> tuple[str, list[Any]]:
+    fields = [f for f in RunEvent._meta.concrete_fields if not f.primary_key]
+    rows, params = [], []
+    for event in events:
+        rows.append("(" + ", ".join(["%s"] * len(fields)) + ")")
+        params += [f.get_db_prep_save(f.pre_save(event, True), connection) for f in fields]
+    columns = ", ".join(f'"{f.column}"' for f in fields)
+    table = RunEvent._meta.db_table
+    return f'INSERT INTO "{table}" ({columns}) VALUES {", ".join(rows)}', params  # noqa: S608 - names from the models
+
+
+def write_run(
+    run: Run,
+    *,
+    fields: list[str] | None = None,
+    attempt: Attempt | None = None,
+    attempt_fields: list[str] | None = None,
+    notify: tuple[str, str] | None = None,
+) -> None:
+    """Write what a service changed under the run lock in one statement: the events kept by
+    ``batched_events(run)`` (one multi-row INSERT), the attempt, the run (``fields``: as
+    ``save(update_fields=…)``, all when None), and a ``NOTIFY`` (channel, payload) that
+    PostgreSQL delivers at commit. Data-modifying CTEs always run, each on its own table.
+    Other databases (SQLite, the single-process mode) get the same rows statement by
+    statement."""
+    events = take_events(run)
+    if connection.vendor != "postgresql":
+        if events:
+            RunEvent.objects.bulk_create(events)
+            events_saved(events)
+        if attempt is not None:
+            attempt.save(update_fields=attempt_fields)
+        run.save(update_fields=fields)
+        return
+    ctes: list[str] = []
+    params: list[Any] = []
+    if events:
+        sql, values = _insert_events_sql(events)
+        ctes.append(f"e AS ({sql})")
+        params += values
+    if attempt is not None:
+        sql, values = _update_sql(attempt, attempt_fields)
+        ctes.append(f"a AS ({sql})")
+        params += values
+    sql, values = _update_sql(run, fields)
+    params += values
+    if notify is not None:
+        sql += " RETURNING pg_notify(%s, %s)"
+        params += list(notify)
+    if ctes:
+        sql = "WITH " + ", ".join(ctes) + " " + sql
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+    for event in events:
+        event._state.adding = False
+        event._state.db = connection.alias
+    events_saved(events)
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from django.utils import timezone
 from django.utils.translation import gettext, gettext_noop
 
 from runs.agents import agent_spec
-from runs.clock import db_now
+from runs.clock import db_now, row_now
 from runs.errors import HoldpointError
-from runs.events import EventType, append_event, notify_cancel
+from runs.events import EventType, append_event, batched_events, cancel_notice
 from runs.idempotency import joinable
 from runs.leases import lease_ran_out
 from runs.metrics import measured
@@ -29,6 +29,7 @@ from runs.services._base import (
     lock_run,
     queue_attempt,
     user_or_none,
+    write_run,
 )
 from runs.states import (
     ANSWERABLE,
@@ -230,50 +231,60 @@ def run_cancel(
             "invalid_state", f"The run already {run.status}; there is nothing to cancel."
         )
     actor = actor or actor_for(user)
-    now = db_now()
+    now = row_now(run)
     run.cancel_epoch += 1
     run.cancel_reason = reason
+    # Read after the lock is held: the version the lock holder before us left behind.
     attempt = Attempt.objects.get(pk=run.current_attempt_id) if run.current_attempt_id else None
+    if attempt is not None:
+        run.current_attempt = attempt  # the answer shows it: no second read
     lease_live = (
         run.status in (RunStatus.RUNNING, RunStatus.PAUSE_REQUESTED)
         and attempt is not None
         and attempt.status == AttemptStatus.RUNNING
         and not lease_ran_out(attempt.lease_expires_at, now)
     )
-    append_event(
-        run,
-        EventType.RUN_CANCEL_REQUESTED,
-        actor,
-        {"cancel_epoch": run.cancel_epoch, "reason": reason, "lease_live": lease_live},
-    )
-    clear_pause_request(run)  # cancel always wins over a pause
-    if lease_live:
-        assert attempt is not None
-        run.status = next_status(run.status, "cancel_live")
-        notify_cancel(attempt.id)
-    else:
-        run.status = next_status(run.status, "cancel")
-        if attempt is not None and attempt.status in (AttemptStatus.QUEUED, AttemptStatus.RUNNING):
-            attempt.status = (
-                AttemptStatus.ABORTED
-                if attempt.status == AttemptStatus.QUEUED
-                else AttemptStatus.LOST
-            )
-            attempt.ended_at = now
-            attempt.lease_expires_at = None
-            attempt.save()
-        close_pending_request(
+    changed_attempt = None
+    notify = None
+    with batched_events(run):
+        append_event(
             run,
-            status=RequestStatus.CANCELLED,
-            reason=gettext_noop("Closed: run cancelled"),  # stored in English, shown translated
-            now=now,
-            actor=actor,
+            EventType.RUN_CANCEL_REQUESTED,
+            actor,
+            {"cancel_epoch": run.cancel_epoch, "reason": reason, "lease_live": lease_live},
         )
-        run.failure_class = FailureClass.CANCELLED
-        run.finished_at = now
-        run.not_before = None
-        append_event(run, EventType.RUN_CANCELLED, actor, {"cancel_epoch": run.cancel_epoch})
-    run.save()
+        clear_pause_request(run)  # cancel always wins over a pause
+        if lease_live:
+            assert attempt is not None
+            run.status = next_status(run.status, "cancel_live")
+            notify = cancel_notice(attempt.id)
+        else:
+            run.status = next_status(run.status, "cancel")
+            if attempt is not None and attempt.status in (
+                AttemptStatus.QUEUED,
+                AttemptStatus.RUNNING,
+            ):
+                attempt.status = (
+                    AttemptStatus.ABORTED
+                    if attempt.status == AttemptStatus.QUEUED
+                    else AttemptStatus.LOST
+                )
+                attempt.ended_at = now
+                attempt.lease_expires_at = None
+                changed_attempt = attempt
+            close_pending_request(
+                run,
+                status=RequestStatus.CANCELLED,
+                reason=gettext_noop("Closed: run cancelled"),  # stored in English, shown translated
+                now=now,
+                actor=actor,
+            )
+            run.failure_class = FailureClass.CANCELLED
+            run.finished_at = now
+            run.not_before = None
+            append_event(run, EventType.RUN_CANCELLED, actor, {"cancel_epoch": run.cancel_epoch})
+        # Events, attempt, run and the worker's wake-up in one statement.
+        write_run(run, attempt=changed_attempt, notify=notify)
     return run
 
 

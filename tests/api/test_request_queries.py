@@ -8,10 +8,12 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Group, Permission, User
 from django.db import connection
+from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from runs import services
 from runs.permissions import permission_set
+from runs.ratelimit import LockoutModelBackend
 from tests.api.conftest import client_for
 from tests.conftest import TEST_AGENT
 
@@ -86,9 +88,24 @@ def test_the_permission_set_is_what_model_backend_says(operator: User, approver:
         with CaptureQueriesContext(connection) as ctx:
             assert permission_set(fresh) == expected
         assert len(ctx.captured_queries) <= 1
-        # And through the configured backend, once per user object.
+        # A session's user comes from the backend's get_user: user and permissions together.
         with CaptureQueriesContext(connection) as ctx:
-            fresh.has_perm("runs.view_run")
-            fresh.has_perm("runs.cancel_run")
-            fresh.has_perm("runs.approve_run")
-        assert len(ctx.captured_queries) <= 1
+            loaded = LockoutModelBackend().get_user(user.pk)
+            if loaded is not None:
+                loaded.has_perm("runs.view_run")
+                loaded.has_perm("runs.cancel_run")
+                assert loaded.get_all_permissions() == expected
+        assert loaded is None or len(ctx.captured_queries) <= (
+            3 if user.is_superuser or connection.vendor != "postgresql" else 1
+        )
+        assert (loaded is None) == (not user.is_active)
+
+
+def test_a_session_request_reads_user_and_permissions_in_one_query(operator: User) -> None:
+    run = services.run_start(agent=TEST_AGENT, input={"n": 1})
+    client = Client()
+    client.force_login(operator)
+    with CaptureQueriesContext(connection) as ctx:
+        response = client.get(f"/api/runs/{run.id}")
+    assert response.status_code == 200
+    assert len(_permission_queries(ctx)) == 1

@@ -38,6 +38,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
+from runs import rows
 from runs.models import WorkerToken
 from runs.permissions import user_from_row, user_select_sql
 from runs.ratelimit import (
@@ -161,6 +162,19 @@ class ThrottledTokenAuthentication(FailureCountingMixin, TokenAuthentication):
         return user, token
 
 
+def _active_worker_token(token_hash: str) -> WorkerToken | None:
+    if connection.vendor != "postgresql":
+        return WorkerToken.objects.filter(token_hash=token_hash, revoked_at__isnull=True).first()
+    found = rows.fetch(
+        WorkerToken,
+        f"SELECT {rows.columns(WorkerToken, 't')} FROM "  # noqa: S608 - names from the models
+        f'"{WorkerToken._meta.db_table}" t WHERE t."token_hash" = %s '
+        'AND t."revoked_at" IS NULL LIMIT 1',
+        [token_hash],
+    )
+    return None if found is None else found[0]
+
+
 class WorkerTokenAuthentication(FailureCountingMixin, BaseAuthentication):
     """``Authorization: Bearer hpw_…`` against the hashed, unrevoked worker tokens."""
 
@@ -182,9 +196,7 @@ class WorkerTokenAuthentication(FailureCountingMixin, BaseAuthentication):
             secret = parts[1].decode("ascii")
         except UnicodeDecodeError:
             raise exceptions.AuthenticationFailed("The token is not ASCII.") from None
-        token = WorkerToken.objects.filter(
-            token_hash=hash_token(secret), revoked_at__isnull=True
-        ).first()
+        token = _active_worker_token(hash_token(secret))
         if token is None:
             raise exceptions.AuthenticationFailed("Unknown or revoked worker token.")
         now = timezone.now()

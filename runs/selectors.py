@@ -14,6 +14,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 from django.utils.translation import gettext
 
+from runs import rows
 from runs.models import AgentGate, InputRequest, Run
 from runs.states import RequestKind, RequestStatus, RunStatus
 
@@ -38,7 +39,7 @@ def run_get_for_user(*, user: Any, run_id: str, perm: str | None = None) -> Run:
     """Return the run, or raise Http404 (no such run, or an outsider) / PermissionDenied."""
     if not user.is_authenticated or not user.has_perm(VIEW):
         raise Http404("No such run.")
-    run = Run.objects.filter(pk=run_id).first()
+    run = rows.get(Run, run_id)
     if run is None:
         raise Http404("No such run.")
     if perm is not None and not user.has_perm(perm):

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import connection
 
+from runs import rows
 from runs.clock import row_now, with_db_now
 from runs.errors import HoldpointError
 from runs.events import EventType, append_event, events_saved, notify_work, take_events
@@ -39,7 +40,19 @@ def lock_run(run_id: str) -> Run:
     """Lock and return the run row; every change to a run and its children happens under it.
 
     The database's clock is read in the same statement (``row_now(run)``)."""
-    run = with_db_now(Run.objects.select_for_update(of=("self",))).filter(pk=run_id).first()
+    run: Run | None
+    if connection.vendor == "postgresql":
+        found = rows.fetch(
+            Run,
+            f"SELECT {rows.columns(Run, 'r')}, statement_timestamp() "  # noqa: S608 - names from the models
+            f'FROM "{Run._meta.db_table}" r WHERE r."id" = %s FOR UPDATE',
+            [run_id],
+        )
+        run = None
+        if found is not None:
+            run, (run.db_now,) = found  # type: ignore[attr-defined]
+    else:
+        run = with_db_now(Run.objects.select_for_update(of=("self",))).filter(pk=run_id).first()
     if run is None:
         raise HoldpointError("not_found", f"There is no run {run_id!r}.", run_id=run_id)
     return run
@@ -152,15 +165,29 @@ def lock_for_worker_write(
     locks it and reads the clock; the attempt is read after the lock is held, so it is
     the version the lock holder before us left behind.
     """
-    run = (
-        with_db_now(Run.objects.select_for_update(of=("self",)))
-        .filter(attempts__pk=attempt_id)
-        .first()
-    )
+    run: Run | None
+    if connection.vendor == "postgresql":
+        found = rows.fetch(
+            Run,
+            f"SELECT {rows.columns(Run, 'r')}, statement_timestamp() "  # noqa: S608 - names from the models
+            f'FROM "{Run._meta.db_table}" r JOIN "{Attempt._meta.db_table}" a '
+            'ON a."run_id" = r."id" WHERE a."id" = %s FOR UPDATE OF r',
+            [attempt_id],
+        )
+        run = None
+        if found is not None:
+            run, (run.db_now,) = found  # type: ignore[attr-defined]
+    else:
+        run = (
+            with_db_now(Run.objects.select_for_update(of=("self",)))
+            .filter(attempts__pk=attempt_id)
+            .first()
+        )
     if run is None:
         raise HoldpointError("not_found", f"There is no attempt {attempt_id!r}.")
     now = row_now(run)
-    attempt = Attempt.objects.get(pk=attempt_id)
+    attempt = rows.get(Attempt, attempt_id)
+    assert attempt is not None  # an attempt is never deleted while its run lives
     if worker_token_id is not None and attempt.worker_token_id != worker_token_id:
         STALE_WRITES.labels("not_your_lease").inc()
         raise HoldpointError(

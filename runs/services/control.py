@@ -12,6 +12,7 @@ from typing import Any
 from django.utils import timezone
 from django.utils.translation import gettext, gettext_noop
 
+from runs import rows
 from runs.agents import agent_spec
 from runs.clock import db_now, row_now
 from runs.errors import HoldpointError
@@ -235,7 +236,7 @@ def run_cancel(
     run.cancel_epoch += 1
     run.cancel_reason = reason
     # Read after the lock is held: the version the lock holder before us left behind.
-    attempt = Attempt.objects.get(pk=run.current_attempt_id) if run.current_attempt_id else None
+    attempt = rows.get(Attempt, run.current_attempt_id) if run.current_attempt_id else None
     if attempt is not None:
         run.current_attempt = attempt  # the answer shows it: no second read
     lease_live = (

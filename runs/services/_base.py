@@ -77,15 +77,17 @@ def _update_sql(obj: Any, fields: list[str] | None) -> tuple[str, list[Any]]:
     return f'UPDATE "{table}" SET {", ".join(sets)} WHERE "{key}" = %s', params  # noqa: S608 - names from the models
 
 
-def _insert_events_sql(events: list[RunEvent]) -> tuple[str, list[Any]]:
-    fields = [f for f in RunEvent._meta.concrete_fields if not f.primary_key]
-    rows, params = [], []
-    for event in events:
-        rows.append("(" + ", ".join(["%s"] * len(fields)) + ")")
-        params += [f.get_db_prep_save(f.pre_save(event, True), connection) for f in fields]
+def _insert_sql(objs: list[Any]) -> tuple[str, list[Any]]:
+    """One multi-row ``INSERT`` of ``objs`` (one model), as ``create`` writes each (defaults and
+    ``auto_now_add`` included; a database-generated key is left to the database)."""
+    meta = objs[0]._meta
+    fields = [f for f in meta.concrete_fields if not (f.primary_key and f.db_returning)]
+    values, params = [], []
+    for obj in objs:
+        values.append("(" + ", ".join(["%s"] * len(fields)) + ")")
+        params += [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
     columns = ", ".join(f'"{f.column}"' for f in fields)
-    table = RunEvent._meta.db_table
-    return f'INSERT INTO "{table}" ({columns}) VALUES {", ".join(rows)}', params  # noqa: S608 - names from the models
+    return f'INSERT INTO "{meta.db_table}" ({columns}) VALUES {", ".join(values)}', params  # noqa: S608 - names from the models
 
 
 def write_run(
@@ -95,15 +97,19 @@ def write_run(
     attempt: Attempt | None = None,
     attempt_fields: list[str] | None = None,
     notify: tuple[str, str] | None = None,
+    inserts: list[Any] | None = None,
 ) -> None:
     """Write what a service changed under the run lock in one statement: the events kept by
     ``batched_events(run)`` (one multi-row INSERT), the attempt, the run (``fields``: as
     ``save(update_fields=…)``, all when None), and a ``NOTIFY`` (channel, payload) that
-    PostgreSQL delivers at commit. Data-modifying CTEs always run, each on its own table.
-    Other databases (SQLite, the single-process mode) get the same rows statement by
-    statement."""
+    PostgreSQL delivers at commit. ``inserts``: new rows of one model (a checkpoint) written
+    in the same statement (foreign keys are checked at commit). Data-modifying CTEs always
+    run, each on its own table. Other databases (SQLite, the single-process mode) get the
+    same rows statement by statement."""
     events = take_events(run)
     if connection.vendor != "postgresql":
+        for obj in inserts or []:
+            obj.save(force_insert=True)
         if events:
             RunEvent.objects.bulk_create(events)
             events_saved(events)
@@ -113,8 +119,12 @@ def write_run(
         return
     ctes: list[str] = []
     params: list[Any] = []
+    if inserts:
+        sql, values = _insert_sql(inserts)
+        ctes.append(f"i AS ({sql})")
+        params += values
     if events:
-        sql, values = _insert_events_sql(events)
+        sql, values = _insert_sql(events)
         ctes.append(f"e AS ({sql})")
         params += values
     if attempt is not None:
@@ -130,9 +140,9 @@ def write_run(
         sql = "WITH " + ", ".join(ctes) + " " + sql
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-    for event in events:
-        event._state.adding = False
-        event._state.db = connection.alias
+    for obj in [*events, *(inserts or [])]:
+        obj._state.adding = False
+        obj._state.db = connection.alias
     events_saved(events)
 
 
@@ -169,14 +179,17 @@ def lock_for_worker_write(
     if connection.vendor == "postgresql":
         found = rows.fetch(
             Run,
-            f"SELECT {rows.columns(Run, 'r')}, statement_timestamp() "  # noqa: S608 - names from the models
+            f"SELECT {rows.columns(Run, 'r')}, statement_timestamp(), "  # noqa: S608 - names from the models
+            f'EXISTS (SELECT 1 FROM "{AgentGate._meta.db_table}" g '
+            'WHERE g."agent" = r."agent" AND g."paused") '
             f'FROM "{Run._meta.db_table}" r JOIN "{Attempt._meta.db_table}" a '
             'ON a."run_id" = r."id" WHERE a."id" = %s FOR UPDATE OF r',
             [attempt_id],
         )
         run = None
         if found is not None:
-            run, (run.db_now,) = found  # type: ignore[attr-defined]
+            # The agent's gate as the statement found it: whether to stop at a boundary.
+            run, (run.db_now, run.gate_closed_at_lock) = found  # type: ignore[attr-defined]
     else:
         run = (
             with_db_now(Run.objects.select_for_update(of=("self",)))
@@ -344,6 +357,13 @@ PAUSE_SCHEMA: dict[str, Any] = {"type": "null"}
 def gate_closed(agent: str) -> bool:
     """Whether ``agent``'s gate is closed (the kill switch): its attempts stop at a boundary."""
     return AgentGate.objects.filter(agent=agent, paused=True).exists()
+
+
+def run_gate_closed(run: Run) -> bool:
+    """``gate_closed(run.agent)``, as the fence's locking statement read it when it did (a
+    heartbeat or the next boundary sees a later change), else read now."""
+    closed = getattr(run, "gate_closed_at_lock", None)
+    return gate_closed(run.agent) if closed is None else bool(closed)
 
 
 def clear_pause_request(run: Run) -> None:

@@ -20,7 +20,7 @@ from django.utils import timezone
 from runs.agents import agent_spec
 from runs.clock import db_now, row_now, with_db_now
 from runs.errors import HoldpointError
-from runs.events import EventType, append_event
+from runs.events import EventType, append_event, batched_events
 from runs.idempotency import joinable
 from runs.metrics import measured
 from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent, claimable_q
@@ -36,8 +36,10 @@ from runs.services._base import (
     parse_cost,
     pause_locked,
     queue_attempt,
+    run_gate_closed,
     set_attempt_cost,
     user_or_none,
+    write_run,
 )
 from runs.states import (
     AttemptReason,
@@ -81,7 +83,7 @@ class Heartbeat:
 
 def _pause_requested(run: Run) -> bool:
     return run.status == RunStatus.PAUSE_REQUESTED or (
-        run.status == RunStatus.RUNNING and gate_closed(run.agent)
+        run.status == RunStatus.RUNNING and run_gate_closed(run)
     )
 
 
@@ -463,24 +465,35 @@ def checkpoint_save(
     )
     run, attempt = fenced.run, fenced.attempt
     number = (run.checkpoints.order_by("-number").values_list("number", flat=True).first() or 0) + 1
-    checkpoint = Checkpoint.objects.create(
-        run=run, attempt=attempt, number=number, step=step, state=state
-    )
+    checkpoint = Checkpoint(run=run, attempt=attempt, number=number, step=step, state=state)
     run.latest_checkpoint = checkpoint
     # The boundary itself says whether to stop here, so a worker that missed the signal
     # (it claimed just before the agent's gate closed) stops at its first boundary.
     checkpoint.pause_requested = _pause_requested(run)
     run_fields = ["latest_checkpoint", "last_event_seq", "updated_at"]
-    if set_attempt_cost(run, attempt, parsed_cost):
-        attempt.save(update_fields=["cost"])
+    cost_changed = set_attempt_cost(run, attempt, parsed_cost)
+    if cost_changed:
         run_fields.append("cost")
-    append_event(
-        run,
-        EventType.CHECKPOINT_SAVED,
-        f"worker:{attempt.worker_id}",
-        {"checkpoint_id": checkpoint.id, "number": number, "step": step, "attempt_id": attempt.id},
-    )
-    run.save(update_fields=run_fields)
+    with batched_events(run):
+        append_event(
+            run,
+            EventType.CHECKPOINT_SAVED,
+            f"worker:{attempt.worker_id}",
+            {
+                "checkpoint_id": checkpoint.id,
+                "number": number,
+                "step": step,
+                "attempt_id": attempt.id,
+            },
+        )
+        # The checkpoint, its event, the attempt's cost and the run in one statement.
+        write_run(
+            run,
+            fields=run_fields,
+            attempt=attempt if cost_changed else None,
+            attempt_fields=["cost"],
+            inserts=[checkpoint],
+        )
     return checkpoint
 
 

@@ -17,6 +17,7 @@ from django.db import connection, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from runs import rows
 from runs.agents import agent_spec
 from runs.clock import db_now, row_now, with_db_now
 from runs.errors import HoldpointError
@@ -281,7 +282,8 @@ def attempt_claim(
         if row is not None and row[0]:
             return None
     now = due if isinstance(due, dt.datetime) else row_now(run)
-    attempt = Attempt.objects.get(pk=run.current_attempt_id)
+    attempt = rows.get(Attempt, run.current_attempt_id)
+    assert attempt is not None  # a claimable run has its queued attempt
     previous = run.status
     run.status = next_status(run.status, "claim")
     run.lease_epoch += 1
@@ -295,21 +297,27 @@ def attempt_claim(
     attempt.lease_expires_at = now + dt.timedelta(seconds=seconds)
     attempt.last_heartbeat_at = now
     attempt.started_at = now
-    attempt.save(update_fields=_CLAIMED_ATTEMPT_FIELDS)
-    append_event(
-        run,
-        EventType.ATTEMPT_CLAIMED,
-        f"worker:{worker_id}",
-        {
-            "attempt_id": attempt.id,
-            "number": attempt.number,
-            "from_status": previous,
-            "lease_epoch": run.lease_epoch,
-            "cancel_epoch": run.cancel_epoch,
-            "lease_expires_at": attempt.lease_expires_at.isoformat(),
-        },
-    )
-    run.save(update_fields=["status", "lease_epoch", "not_before", "last_event_seq", "updated_at"])
+    with batched_events(run):
+        append_event(
+            run,
+            EventType.ATTEMPT_CLAIMED,
+            f"worker:{worker_id}",
+            {
+                "attempt_id": attempt.id,
+                "number": attempt.number,
+                "from_status": previous,
+                "lease_epoch": run.lease_epoch,
+                "cancel_epoch": run.cancel_epoch,
+                "lease_expires_at": attempt.lease_expires_at.isoformat(),
+            },
+        )
+        # The attempt, its event and the run in one statement.
+        write_run(
+            run,
+            fields=["status", "lease_epoch", "not_before", "last_event_seq", "updated_at"],
+            attempt=attempt,
+            attempt_fields=_CLAIMED_ATTEMPT_FIELDS,
+        )
     return _lease_for(run, attempt, seconds)
 
 
@@ -748,28 +756,32 @@ def attempt_complete(
     attempt.ended_at = now
     attempt.lease_expires_at = None
     set_attempt_cost(run, attempt, parsed_cost)
-    attempt.save(update_fields=["status", "ended_at", "lease_expires_at", "cost"])
     run.status = next_status(run.status, "complete")
     run.result = result
     run.finished_at = now
     run.failure_class = ""
     clear_pause_request(run)  # the last step finished: there is nothing left to pause
-    append_event(
-        run, EventType.RUN_SUCCEEDED, f"worker:{attempt.worker_id}", {"attempt_id": attempt.id}
-    )
-    run.save(
-        update_fields=[
-            "status",
-            "result",
-            "finished_at",
-            "failure_class",
-            "pause_reason",
-            "pause_actor",
-            "pause_requested_at",
-            "pause_expires_in",
-            "cost",
-            "last_event_seq",
-            "updated_at",
-        ]
-    )
+    with batched_events(run):
+        append_event(
+            run, EventType.RUN_SUCCEEDED, f"worker:{attempt.worker_id}", {"attempt_id": attempt.id}
+        )
+        # The attempt, the event and the run in one statement.
+        write_run(
+            run,
+            attempt=attempt,
+            attempt_fields=["status", "ended_at", "lease_expires_at", "cost"],
+            fields=[
+                "status",
+                "result",
+                "finished_at",
+                "failure_class",
+                "pause_reason",
+                "pause_actor",
+                "pause_requested_at",
+                "pause_expires_in",
+                "cost",
+                "last_event_seq",
+                "updated_at",
+            ],
+        )
     return run

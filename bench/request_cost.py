@@ -5,18 +5,19 @@ middleware chain (``django.core.handlers.wsgi.WSGIHandler``, the settings as the
 Procfile runs them, ``DATABASE_POOL_SIZE=8``), so what is measured is the application
 alone. CPU is ``time.process_time()`` of this process across N requests; statements are
 counted with ``connection.execute_wrapper``, plus BEGIN and COMMIT (or ROLLBACK) for
-each transaction (psycopg sends them as statements of their own). Timing on a shared machine is noisy, CPU
-per request much less so; the statement count is exact.
+each transaction (psycopg sends them as statements of their own); "transactions" counts
+commits, an autocommitted statement being one of its own. Timing on a shared machine is
+noisy, CPU per request much less so; the statement count is exact.
 
 Baselines in the same run: a raw psycopg ``UPDATE one row; COMMIT`` loop in this
-process (the client-side CPU of the floor the database sets), and ``GET /healthz``
-(``GET /api/no-such-route``: the handler, the middleware and the URL resolver, no view).
+process (the client-side CPU of the floor the database sets), and
+``GET /api/no-such-route`` (the handler, the middleware and the URL resolver, no view).
 
 Targets (issue 17): cancel, resume, retry, POST /api/runs <= 3 ms; GET /api/runs/{id}
 <= 1.5 ms; a 404 <= 0.8 ms; worker heartbeat and checkpoint <= 2 ms; <= 8 statements
 per control operation.
 
-    python -m bench.request_cost [--requests 300] [--profile OP] [--keep]
+    python -m bench.request_cost [--requests 300] [--profile OP] [--show-sql OP] [--keep]
 """
 
 from __future__ import annotations
@@ -115,6 +116,8 @@ class Counter:
 
     def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
         self.n += 1
+        if not context["connection"].in_atomic_block:
+            self.commits += 1  # autocommitted: a transaction of its own (no BEGIN sent)
         if self.keep:
             self.sql.append(sql)
         return execute(sql, params, many, context)
@@ -196,7 +199,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     os.environ.setdefault("DATABASE_POOL_SIZE", "8")
     with scratch_database("cost", keep=opts.keep) as url:
         setup_django()
+        import logging
+
         from django.db import connection
+
+        # The 404 rows would print a "Not Found" warning per request: not the figures.
+        logging.getLogger("django.request").setLevel(logging.ERROR)
 
         from runs.tokens import worker_token_create
 

@@ -6,8 +6,9 @@ Procfile runs them, ``DATABASE_POOL_SIZE=8``), so what is measured is the applic
 alone. CPU is ``time.process_time()`` of this process across N requests; statements are
 counted with ``connection.execute_wrapper``, plus BEGIN and COMMIT (or ROLLBACK) for
 each transaction (psycopg sends them as statements of their own); "transactions" counts
-commits, an autocommitted statement being one of its own. Timing on a shared machine is
-noisy, CPU per request much less so; the statement count is exact.
+commits that write (an autocommitted write is one of its own; a lone SELECT is not).
+Timing on a shared machine is noisy, CPU per request much less so; the statement count
+is exact.
 
 Baselines in the same run: a raw psycopg ``UPDATE one row; COMMIT`` loop in this
 process (the client-side CPU of the floor the database sets), and
@@ -116,8 +117,9 @@ class Counter:
 
     def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
         self.n += 1
-        if not context["connection"].in_atomic_block:
-            self.commits += 1  # autocommitted: a transaction of its own (no BEGIN sent)
+        writes = sql.lstrip()[:6].upper() != "SELECT"
+        if writes and not context["connection"].in_atomic_block:
+            self.commits += 1  # an autocommitted write: a commit of its own (no BEGIN sent)
         if self.keep:
             self.sql.append(sql)
         return execute(sql, params, many, context)

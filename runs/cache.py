@@ -24,11 +24,12 @@ class ReusingRedisCacheClient(RedisCacheClient):
         self._clients: dict[int, Any] = {}
 
     def get_client(self, key: Any = None, *, write: bool = False) -> Any:
-        index = self._get_connection_pool_index(write)
+        parent: Any = self  # the parent's private helpers have no stubs
+        index = parent._get_connection_pool_index(write)
         client = self._clients.get(index)
         if client is None:
-            client = self._clients[index] = self._client(
-                connection_pool=self._get_connection_pool(write)
+            client = self._clients[index] = parent._client(
+                connection_pool=parent._get_connection_pool(write)
             )
         return client
 

@@ -27,7 +27,7 @@ def _shape(model: type[Model]) -> tuple[list[str], list[str], list[tuple[int, An
     converters = [
         (index, field) for index, field in enumerate(fields) if hasattr(field, "from_db_value")
     ]
-    return [f.column for f in fields], [f.attname for f in fields], converters
+    return [str(f.column) for f in fields], [f.attname for f in fields], converters
 
 
 def columns(model: type[Model], alias: str) -> str:

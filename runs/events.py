@@ -145,11 +145,16 @@ def _schedule_changed(run_id: str, event_type: str) -> None:
         transaction.on_commit(partial(listener, run_id, event_type), robust=True)
 
 
+def work_notice(agent: str) -> tuple[str, str]:
+    """The NOTIFY that wakes idle workers for ``agent`` (for ``runs.services.write_run``)."""
+    return WORK_CHANNEL, agent
+
+
 def notify_work(agent: str) -> None:
     """Wake idle workers: an attempt of ``agent`` is due (delivered at commit)."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [WORK_CHANNEL, agent])
+            cursor.execute("SELECT pg_notify(%s, %s)", work_notice(agent))
 
 
 def cancel_notice(attempt_id: str) -> tuple[str, str]:

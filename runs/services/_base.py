@@ -248,10 +248,15 @@ def queue_attempt(
     resume_from: Checkpoint | None,
     not_before: Any,
     resume_request: InputRequest | None = None,
+    written_later: bool = False,
 ) -> Attempt:
-    """Create the run's next attempt, queued; the caller sets the run's status and saves it."""
+    """Create the run's next attempt, queued; the caller sets the run's status and saves it.
+
+    ``written_later``: the attempt is made but not saved, and no worker is woken; the
+    caller passes it to ``write_run(inserts=[attempt], notify=work_notice(run.agent))``,
+    which writes both with the run in one statement."""
     number = (run.attempts.order_by("-number").values_list("number", flat=True).first() or 0) + 1
-    attempt = Attempt.objects.create(
+    attempt = Attempt(
         run=run,
         number=number,
         status=AttemptStatus.QUEUED,
@@ -259,9 +264,11 @@ def queue_attempt(
         resume_from=resume_from,
         resume_request=resume_request,
     )
+    if not written_later:
+        attempt.save(force_insert=True)
+        notify_work(run.agent)
     run.current_attempt = attempt
     run.not_before = not_before
-    notify_work(run.agent)
     return attempt
 
 

@@ -16,7 +16,7 @@ from runs import rows
 from runs.agents import agent_spec
 from runs.clock import db_now, row_now
 from runs.errors import HoldpointError
-from runs.events import EventType, append_event, batched_events, cancel_notice
+from runs.events import EventType, append_event, batched_events, cancel_notice, work_notice
 from runs.idempotency import joinable
 from runs.leases import lease_ran_out
 from runs.metrics import measured
@@ -323,7 +323,7 @@ def run_retry(
     if blockers:
         raise HoldpointError("retry_not_allowed", " ".join(blockers), reasons=blockers)
     actor = actor or actor_for(user)
-    now = db_now()
+    now = row_now(run)
     run.status = next_status(run.status, "retry")
     run.failure_class = ""
     run.failure_detail = ""
@@ -331,16 +331,24 @@ def run_retry(
     run.finished_at = None
     # Where to continue: later checkpoints stay in the history, but the run goes on from here.
     run.latest_checkpoint = checkpoint
-    attempt = queue_attempt(run, reason=AttemptReason.RETRY, resume_from=checkpoint, not_before=now)
-    append_event(
+    attempt = queue_attempt(
         run,
-        EventType.RUN_RETRIED,
-        actor,
-        {
-            "attempt_id": attempt.id,
-            "from_checkpoint": checkpoint.id if checkpoint else None,
-            "reason": reason,
-        },
+        reason=AttemptReason.RETRY,
+        resume_from=checkpoint,
+        not_before=now,
+        written_later=True,
     )
-    run.save()
+    with batched_events(run):
+        append_event(
+            run,
+            EventType.RUN_RETRIED,
+            actor,
+            {
+                "attempt_id": attempt.id,
+                "from_checkpoint": checkpoint.id if checkpoint else None,
+                "reason": reason,
+            },
+        )
+        # The new attempt, its event, the run and the workers' wake-up in one statement.
+        write_run(run, inserts=[attempt], notify=work_notice(run.agent))
     return run

@@ -14,7 +14,7 @@ from django.utils.translation import gettext, gettext_noop
 
 from runs import rows
 from runs.agents import agent_spec
-from runs.clock import db_now, row_now
+from runs.clock import row_now
 from runs.errors import HoldpointError
 from runs.events import EventType, append_event, batched_events, cancel_notice, work_notice
 from runs.idempotency import joinable
@@ -173,44 +173,52 @@ def run_resume(
     request.answered_by = user_or_none(user)
     request.answered_at = now
     request.save()
-    if request.kind != RequestKind.PAUSE:
-        append_event(
+    with batched_events(run):
+        if request.kind != RequestKind.PAUSE:
+            append_event(
+                run,
+                EventType.REQUEST_ANSWERED,
+                actor,
+                {"request_id": request.id, "kind": request.kind, "answer": value},
+            )
+        run.status = next_status(run.status, "resume")
+        run.pending_request = None
+        attempt = queue_attempt(
             run,
-            EventType.REQUEST_ANSWERED,
-            actor,
-            {"request_id": request.id, "kind": request.kind, "answer": value},
+            reason=AttemptReason.RESUME,
+            resume_from=None,
+            resume_request=request,
+            not_before=row_now(run),
+            written_later=True,
         )
-    run.status = next_status(run.status, "resume")
-    run.pending_request = None
-    checkpoint = Checkpoint.objects.get(pk=checkpoint_id) if checkpoint_id else None
-    attempt = queue_attempt(
-        run,
-        reason=AttemptReason.RESUME,
-        resume_from=checkpoint,
-        resume_request=request,
-        not_before=db_now(),
-    )
-    if request.kind == RequestKind.PAUSE:
-        paused_at = request.created_at
-        append_event(
-            run,
-            EventType.RUN_CONTINUED,
-            actor,
-            {
-                "attempt_id": attempt.id,
-                "request_id": request.id,
-                "checkpoint_id": checkpoint_id,
-                "paused_seconds": round((now - paused_at).total_seconds(), 3),
-            },
-        )
-    else:
-        append_event(
-            run,
-            EventType.RUN_RESUMED,
-            actor,
-            {"attempt_id": attempt.id, "request_id": request.id, "checkpoint_id": checkpoint_id},
-        )
-    run.save()
+        # Checked above: the run's latest checkpoint, the one the question was asked on.
+        attempt.resume_from_id = checkpoint_id
+        if request.kind == RequestKind.PAUSE:
+            paused_at = request.created_at
+            append_event(
+                run,
+                EventType.RUN_CONTINUED,
+                actor,
+                {
+                    "attempt_id": attempt.id,
+                    "request_id": request.id,
+                    "checkpoint_id": checkpoint_id,
+                    "paused_seconds": round((now - paused_at).total_seconds(), 3),
+                },
+            )
+        else:
+            append_event(
+                run,
+                EventType.RUN_RESUMED,
+                actor,
+                {
+                    "attempt_id": attempt.id,
+                    "request_id": request.id,
+                    "checkpoint_id": checkpoint_id,
+                },
+            )
+        # The new attempt, the events, the run and the workers' wake-up in one statement.
+        write_run(run, inserts=[attempt], notify=work_notice(run.agent))
     return run
 
 

@@ -98,6 +98,7 @@ def write_run(
     attempt_fields: list[str] | None = None,
     notify: tuple[str, str] | None = None,
     inserts: list[Any] | None = None,
+    new: bool = False,
 ) -> None:
     """Write what a service changed under the run lock in one statement: the events kept by
     ``batched_events(run)`` (one multi-row INSERT), the attempt, the run (``fields``: as
@@ -105,9 +106,11 @@ def write_run(
     PostgreSQL delivers at commit. ``inserts``: new rows of one model (a checkpoint) written
     in the same statement (foreign keys are checked at commit). Data-modifying CTEs always
     run, each on its own table. Other databases (SQLite, the single-process mode) get the
-    same rows statement by statement."""
+    same rows statement by statement. ``new``: the run itself is inserted (``run_start``)."""
     events = take_events(run)
     if connection.vendor != "postgresql":
+        if new:
+            run.save(force_insert=True)
         for obj in inserts or []:
             obj.save(force_insert=True)
         if events:
@@ -115,10 +118,17 @@ def write_run(
             events_saved(events)
         if attempt is not None:
             attempt.save(update_fields=attempt_fields)
-        run.save(update_fields=fields)
+        if not new:
+            run.save(update_fields=fields)
+        elif notify is not None:
+            notify_work(run.agent)
         return
     ctes: list[str] = []
     params: list[Any] = []
+    if new:
+        sql, values = _insert_sql([run])
+        ctes.append(f"r AS ({sql})")
+        params += values
     if inserts:
         sql, values = _insert_sql(inserts)
         ctes.append(f"i AS ({sql})")
@@ -131,16 +141,21 @@ def write_run(
         sql, values = _update_sql(attempt, attempt_fields)
         ctes.append(f"a AS ({sql})")
         params += values
-    sql, values = _update_sql(run, fields)
-    params += values
-    if notify is not None:
-        sql += " RETURNING pg_notify(%s, %s)"
-        params += list(notify)
+    if new:
+        # Rows inserted by a CTE are not visible to the statement itself: nothing to update.
+        sql = "SELECT pg_notify(%s, %s)" if notify is not None else "SELECT 1"
+        params += list(notify or ())
+    else:
+        sql, values = _update_sql(run, fields)
+        params += values
+        if notify is not None:
+            sql += " RETURNING pg_notify(%s, %s)"
+            params += list(notify)
     if ctes:
         sql = "WITH " + ", ".join(ctes) + " " + sql
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-    for obj in [*events, *(inserts or [])]:
+    for obj in [*events, *(inserts or []), *([run] if new else [])]:
         obj._state.adding = False
         obj._state.db = connection.alias
     events_saved(events)
@@ -249,13 +264,16 @@ def queue_attempt(
     not_before: Any,
     resume_request: InputRequest | None = None,
     written_later: bool = False,
+    number: int | None = None,
 ) -> Attempt:
     """Create the run's next attempt, queued; the caller sets the run's status and saves it.
 
     ``written_later``: the attempt is made but not saved, and no worker is woken; the
     caller passes it to ``write_run(inserts=[attempt], notify=work_notice(run.agent))``,
     which writes both with the run in one statement."""
-    number = (run.attempts.order_by("-number").values_list("number", flat=True).first() or 0) + 1
+    if number is None:  # a new run's first attempt is number 1 without asking
+        latest = run.attempts.order_by("-number").values_list("number", flat=True).first()
+        number = (latest or 0) + 1
     attempt = Attempt(
         run=run,
         number=number,

@@ -21,7 +21,7 @@ from runs import rows
 from runs.agents import agent_spec
 from runs.clock import db_now, row_now, with_db_now
 from runs.errors import HoldpointError
-from runs.events import EventType, append_event, batched_events
+from runs.events import EventType, append_event, batched_events, work_notice
 from runs.idempotency import joinable
 from runs.metrics import measured
 from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent, claimable_q
@@ -131,7 +131,7 @@ def run_start(
             "pause_before must be a list of at most 100 step names (1 to 100 characters).",
             errors=[{"pointer": "/pause_before", "message": "a list of step names"}],
         )
-    run = Run.objects.create(
+    run = Run(
         agent=spec.name,
         input=input,
         approvals=steps,
@@ -148,16 +148,25 @@ def run_start(
     }
     if run.pause_before:
         created["pause_before"] = run.pause_before
-    append_event(run, EventType.RUN_CREATED, actor, created)
-    if steps:
-        append_event(
+    with batched_events(run):
+        append_event(run, EventType.RUN_CREATED, actor, created)
+        if steps:
+            append_event(
+                run,
+                EventType.RUN_APPROVED_AT_START,
+                actor_for(user),
+                {"steps": steps, "by": approved_by},
+            )
+        attempt = queue_attempt(
             run,
-            EventType.RUN_APPROVED_AT_START,
-            actor_for(user),
-            {"steps": steps, "by": approved_by},
+            reason=AttemptReason.INITIAL,
+            resume_from=None,
+            not_before=db_now(),
+            written_later=True,
+            number=1,
         )
-    queue_attempt(run, reason=AttemptReason.INITIAL, resume_from=None, not_before=db_now())
-    run.save()
+        # The run, its first attempt, its events and the workers' wake-up in one statement.
+        write_run(run, new=True, inserts=[attempt], notify=work_notice(run.agent))
     return run
 
 

@@ -40,6 +40,7 @@ class RunStartApi(IdempotentMixin, APIView):
     """Start a run of a known agent (a Python agent or a declared HTTP-worker agent)."""
 
     idempotency_required = False
+    idempotency_in_transaction = True
 
     class InputSerializer(serializers.Serializer):
         class Meta:
@@ -109,6 +110,8 @@ class RunResumeApi(IdempotentMixin, APIView):
     (its ``policy``): until then the request stays pending and counts the approvals.
     """
 
+    idempotency_in_transaction = True
+
     class InputSerializer(serializers.Serializer):
         class Meta:
             ref_name = "RunResumeInput"
@@ -171,6 +174,8 @@ class RunCancelApi(IdempotentMixin, APIView):
     """Cancel the goal. With a live lease the run is ``cancel_requested`` until the worker
     acknowledges or its lease ends; otherwise it is ``cancelled`` at once."""
 
+    idempotency_in_transaction = True
+
     class InputSerializer(serializers.Serializer):
         class Meta:
             ref_name = "RunCancelInput"
@@ -202,6 +207,8 @@ class RunCancelApi(IdempotentMixin, APIView):
 class RunRetryApi(IdempotentMixin, APIView):
     """Try a failed or cancelled run again in a new attempt, from ``from_checkpoint`` or
     the latest checkpoint. The old attempts keep their errors and costs."""
+
+    idempotency_in_transaction = True
 
     class InputSerializer(serializers.Serializer):
         class Meta:

@@ -60,6 +60,10 @@ class IdempotentMixin:
     """Adds ``idempotency_key(request)`` and ``idempotent(request, execute)`` to an APIView."""
 
     idempotency_required: bool = True
+    # True when the view's ``execute`` is one service call whose only effects are rows
+    # (runs.idempotency, "In one transaction"): the record is then written in the
+    # service's transaction. Never for a call that reaches outside the database.
+    idempotency_in_transaction: bool = False
     InputSerializer: type[serializers.Serializer]
 
     def command(
@@ -133,6 +137,7 @@ class IdempotentMixin:
             path=request.path,
             body=_plain(request.data),
             execute=run,
+            in_transaction=self.idempotency_in_transaction,
         )
         response = HttpResponse(stored.body, status=stored.status, content_type=stored.content_type)
         if replayed:

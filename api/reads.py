@@ -125,8 +125,7 @@ class RunListApi(QueryValidated, ListAPIView):
 @extend_schema(tags=["runs"], responses={200: RunSerializer, **problems(*AUTH_CODES, "not_found")})
 class RunDetailApi(APIView):
     def get(self, request: Request, run_id: str) -> Response:
-        run = run_get_for_user(user=request.user, run_id=run_id)
-        run = Run.objects.select_related(*RUN_RELATED).get(pk=run.pk)
+        run = run_get_for_user(user=request.user, run_id=run_id, related=True)
         return Response(RunSerializer(run).data)
 
 

@@ -6,6 +6,7 @@ Output only: each API view validates its input with its own nested ``InputSerial
 from __future__ import annotations
 
 import datetime as dt
+from decimal import ROUND_HALF_EVEN, Context, Decimal
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
@@ -21,15 +22,15 @@ class UtcDateTimeField(serializers.DateTimeField):
     """Always UTC with a ``Z``, whatever ``TIME_ZONE`` says."""
 
     def to_representation(self, value: Any) -> Any:
-        if value is None:
-            return None
-        if isinstance(value, str):
-            return value
-        return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+        return utc(value)
 
 
-def utc(value: dt.datetime | None) -> str | None:
-    return UtcDateTimeField().to_representation(value)
+def utc(value: dt.datetime | str | None) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
 
 
 # "class" is a Python keyword, so this serializer is built with type(); it only documents
@@ -77,6 +78,9 @@ class AttemptSerializer(serializers.ModelSerializer):
             "cost",
             "created_at",
         ]
+
+    def to_representation(self, instance: Attempt) -> dict[str, Any]:
+        return attempt_data(instance)
 
     @extend_schema_field(AttemptErrorSerializer(allow_null=True))
     def get_error(self, attempt: Attempt) -> dict[str, str] | None:
@@ -136,12 +140,7 @@ class InputRequestSerializer(serializers.ModelSerializer):
         return request.answered_by.get_username() if request.answered_by else None
 
     def to_representation(self, instance: InputRequest) -> dict[str, Any]:
-        data = super().to_representation(instance)
-        # An approval's decisions so far, its policy and how many approvals it still needs
-        # (docs/api.md); an input request has none of these.
-        if instance.kind == RequestKind.AUTH_REQUIRED:
-            data.update(approval_facts(instance))
-        return data
+        return request_data(instance)
 
 
 def approval_facts(request: InputRequest) -> dict[str, Any]:
@@ -163,6 +162,114 @@ def approval_facts(request: InputRequest) -> dict[str, Any]:
         "policy": policy_of(request.policy),
         "approvals_needed": approvals_needed(request),
         "edited": request.edited,
+    }
+
+
+# --- Hot representations ------------------------------------------------------------------------
+# A run is the answer of every control operation and of GET /api/runs/{id}. DRF builds a
+# serializer's fields (and its nested serializers' fields) for every instance it renders:
+# ~0.8 ms of CPU per run on this machine (docs/performance.md). These functions build
+# the same dicts directly; the serializers below keep their fields for the schema and
+# delegate ``to_representation`` here (tests/api/test_representations.py compares the two).
+
+_SIX_PLACES = Decimal("0.000001")
+_COST_CONTEXT = Context(prec=14, rounding=ROUND_HALF_EVEN)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _cost(value: Any) -> str | None:
+    """DRF's DecimalField(max_digits=14, decimal_places=6) as a string."""
+    if value is None:
+        return None
+    if not isinstance(value, Decimal):
+        value = Decimal(str(value).strip())
+    return f"{value.quantize(_SIX_PLACES, context=_COST_CONTEXT):f}"
+
+
+def attempt_data(attempt: Attempt) -> dict[str, Any]:
+    has_error = attempt.error_class or attempt.error_type or attempt.error_message
+    return {
+        "attempt_id": _text(attempt.id),
+        "run_id": attempt.run_id,
+        "number": None if attempt.number is None else int(attempt.number),
+        "status": _text(attempt.status),
+        "reason": _text(attempt.reason),
+        "resume_from": _text(attempt.resume_from_id),
+        "worker_id": _text(attempt.worker_id),
+        "lease_epoch": None if attempt.lease_epoch is None else int(attempt.lease_epoch),
+        "cancel_epoch": None if attempt.cancel_epoch is None else int(attempt.cancel_epoch),
+        "lease_expires_at": utc(attempt.lease_expires_at),
+        "last_heartbeat_at": utc(attempt.last_heartbeat_at),
+        "started_at": utc(attempt.started_at),
+        "ended_at": utc(attempt.ended_at),
+        "error": {
+            "class": attempt.error_class,
+            "type": attempt.error_type,
+            "message": attempt.error_message,
+            "fingerprint": attempt.error_fingerprint,
+            "step": attempt.error_step,
+        }
+        if has_error
+        else None,
+        "cost": _cost(attempt.cost),
+        "created_at": utc(attempt.created_at),
+    }
+
+
+def request_data(request: InputRequest) -> dict[str, Any]:
+    return {
+        "request_id": _text(request.id),
+        "run_id": _text(request.run_id),
+        "attempt_id": _text(request.attempt_id),
+        "checkpoint_id": _text(request.checkpoint_id),
+        "kind": _text(request.kind),
+        "step_id": _text(request.step_id),
+        "reason": _text(request.reason),
+        "prompt": _text(request.prompt),
+        "accepted_schema": request.accepted_schema,
+        "context": request.context,
+        "action": request.action,
+        "expires_at": utc(request.expires_at),
+        "status": _text(request.status),
+        "answer": request.answer,
+        "answered_by": request.answered_by.get_username() if request.answered_by else None,
+        "answered_at": utc(request.answered_at),
+        "closed_reason": _text(request.closed_reason),
+        "closed_at": utc(request.closed_at),
+        "created_at": utc(request.created_at),
+        # An approval's decisions so far, its policy and how many approvals it still needs
+        # (docs/api.md); an input request has none of these.
+        **(approval_facts(request) if request.kind == RequestKind.AUTH_REQUIRED else {}),
+    }
+
+
+def run_data(run: Run) -> dict[str, Any]:
+    """``RunSerializer(run).data`` without DRF's fields: the answer of every control call."""
+    attempt = run.current_attempt if run.current_attempt_id is not None else None
+    pending = run.pending_request if run.pending_request_id is not None else None
+    return {
+        "run_id": _text(run.id),
+        "agent": _text(run.agent),
+        "status": _text(run.status),
+        "failure_class": _text(run.failure_class),
+        "failure_detail": _text(run.failure_detail),
+        "cancel_epoch": None if run.cancel_epoch is None else int(run.cancel_epoch),
+        "lease_epoch": None if run.lease_epoch is None else int(run.lease_epoch),
+        "current_attempt": None if attempt is None else attempt_data(attempt),
+        "latest_checkpoint_id": _text(run.latest_checkpoint_id),
+        "pending_request": None if pending is None else request_data(pending),
+        "input": run.input,
+        "result": run.result,
+        "approvals": None if run.approvals is None else [str(a) for a in run.approvals],
+        "cost": _cost(run.cost),
+        "cancel_reason": _text(run.cancel_reason),
+        "not_before": utc(run.not_before),
+        "created_at": utc(run.created_at),
+        "updated_at": utc(run.updated_at),
+        "finished_at": utc(run.finished_at),
     }
 
 
@@ -202,6 +309,9 @@ class RunSerializer(serializers.ModelSerializer):
             "updated_at",
             "finished_at",
         ]
+
+    def to_representation(self, instance: Run) -> dict[str, Any]:
+        return run_data(instance)
 
 
 class RunEventSerializer(serializers.ModelSerializer):

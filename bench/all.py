@@ -27,6 +27,7 @@ from bench.common import PYTHON, RESULTS_DIR, ROOT, base_database_url, machine
 def scripts(opts: argparse.Namespace) -> list[tuple[str, list[str]]]:
     quick = opts.quick
     return [
+        ("request_cost", ["--requests", "100" if quick else "300"]),
         ("control_ops", ["--requests", "50" if quick else "200"]),
         ("worker_cycle", ["--runs", "1000" if quick else "5000"]),
         ("remote_cycle", ["--runs", "200" if quick else "1000"]),

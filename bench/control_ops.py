@@ -9,8 +9,8 @@ Each run is acted on once, so every request does the full work: cancel a queued 
 retry the cancelled run, answer a run waiting at a hold point.
 
 Baseline in the same run: raw psycopg ``UPDATE one row; COMMIT`` at the same number
-of client processes on the same database. Target: throughput >= 25 % of the baseline,
-p99 < 25 ms at 4 clients.
+of client processes on the same database. Target (issue 17): throughput >= 10 % of the baseline,
+p99 <= 50 ms at 4 clients.
 
     python -m bench.control_ops [--clients 1,4] [--requests 200] [--pool 8] [--keep]
 """
@@ -245,9 +245,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             entry = figures["clients"][top][name]
             checks.append(
                 f"{name}: {entry['ratio_to_baseline']:.1%} of baseline "
-                f"({verdict(entry['ratio_to_baseline'] >= 0.25)} >= 25 %), "
+                f"({verdict(entry['ratio_to_baseline'] >= 0.10)} >= 10 %), "
                 f"p99 {entry['latency_ms']['p99']:.1f} ms "
-                f"({verdict(entry['latency_ms']['p99'] < 25)} < 25 ms)"
+                f"({verdict(entry['latency_ms']['p99'] <= 50)} <= 50 ms)"
             )
         figures["targets"] = checks
         print("Targets at 4 clients:")

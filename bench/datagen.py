@@ -58,7 +58,8 @@ def generate(conn: Any, *, kind: str, start: int, count: int, agent: str, tag: s
             INSERT INTO runs_run (id, agent, status, failure_class, failure_detail, input, result,
                 approvals, cancel_epoch, lease_epoch, last_event_seq, not_before, cancel_reason,
                 cost, created_at, updated_at, finished_at, created_by_id, current_attempt_id,
-                latest_checkpoint_id, pending_request_id)
+                latest_checkpoint_id, pending_request_id, pause_before, pause_reason,
+                pause_actor)
             SELECT {run_id}, %(agent)s, s.status,
                 CASE s.status WHEN 'failed' THEN 'transient' WHEN 'cancelled' THEN 'cancelled'
                     ELSE '' END,
@@ -68,7 +69,8 @@ def generate(conn: Any, *, kind: str, start: int, count: int, agent: str, tag: s
                 CASE WHEN s.status IN ('succeeded','failed','cancelled') THEN {created} END,
                 NULL, {att_id},
                 CASE WHEN %(waiting)s THEN {cp_id} END,
-                CASE WHEN %(waiting)s THEN {req_id} END
+                CASE WHEN %(waiting)s THEN {req_id} END,
+                '[]'::jsonb, '', ''
             FROM generate_series(%(start)s::bigint, %(end)s::bigint) g, LATERAL (SELECT {status} AS status) s
             """,
             {"agent": agent, "start": start, "end": end, "waiting": kind == "waiting"},

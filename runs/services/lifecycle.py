@@ -17,11 +17,13 @@ from django.db import connection, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from runs import rows
 from runs.agents import agent_spec
 from runs.approvals import check_editable
 from runs.clock import db_now, row_now, with_db_now
 from runs.errors import HoldpointError
-from runs.events import EventType, append_event
+from runs.events import EventType, append_event, batched_events, work_notice
+from runs.idempotency import joinable
 from runs.metrics import measured
 from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent, claimable_q
 from runs.schemas import APPROVAL_SCHEMA, compile_schema, too_deep, validate_value
@@ -37,8 +39,10 @@ from runs.services._base import (
     pause_as_requested,
     pause_locked,
     queue_attempt,
+    run_gate_closed,
     set_attempt_cost,
     user_or_none,
+    write_run,
 )
 from runs.services.approvals import policy_for_request
 from runs.services.notifications import outbox_for_request
@@ -84,12 +88,12 @@ class Heartbeat:
 
 def _pause_requested(run: Run) -> bool:
     return run.status == RunStatus.PAUSE_REQUESTED or (
-        run.status == RunStatus.RUNNING and gate_closed(run.agent)
+        run.status == RunStatus.RUNNING and run_gate_closed(run)
     )
 
 
 @measured("start")
-@transaction.atomic(durable=True)
+@joinable
 def run_start(
     *,
     agent: str,
@@ -131,7 +135,7 @@ def run_start(
             "pause_before must be a list of at most 100 step names (1 to 100 characters).",
             errors=[{"pointer": "/pause_before", "message": "a list of step names"}],
         )
-    run = Run.objects.create(
+    run = Run(
         agent=spec.name,
         agent_version=spec.version,
         input=input,
@@ -149,16 +153,25 @@ def run_start(
     }
     if run.pause_before:
         created["pause_before"] = run.pause_before
-    append_event(run, EventType.RUN_CREATED, actor, created)
-    if steps:
-        append_event(
+    with batched_events(run):
+        append_event(run, EventType.RUN_CREATED, actor, created)
+        if steps:
+            append_event(
+                run,
+                EventType.RUN_APPROVED_AT_START,
+                actor_for(user),
+                {"steps": steps, "by": approved_by},
+            )
+        attempt = queue_attempt(
             run,
-            EventType.RUN_APPROVED_AT_START,
-            actor_for(user),
-            {"steps": steps, "by": approved_by},
+            reason=AttemptReason.INITIAL,
+            resume_from=None,
+            not_before=db_now(),
+            written_later=True,
+            number=1,
         )
-    queue_attempt(run, reason=AttemptReason.INITIAL, resume_from=None, not_before=db_now())
-    run.save()
+        # The run, its first attempt, its events and the workers' wake-up in one statement.
+        write_run(run, new=True, inserts=[attempt], notify=work_notice(run.agent))
     return run
 
 
@@ -283,7 +296,8 @@ def attempt_claim(
         if row is not None and row[0]:
             return None
     now = due if isinstance(due, dt.datetime) else row_now(run)
-    attempt = Attempt.objects.get(pk=run.current_attempt_id)
+    attempt = rows.get(Attempt, run.current_attempt_id)
+    assert attempt is not None  # a claimable run has its queued attempt
     previous = run.status
     run.status = next_status(run.status, "claim")
     run.lease_epoch += 1
@@ -297,21 +311,27 @@ def attempt_claim(
     attempt.lease_expires_at = now + dt.timedelta(seconds=seconds)
     attempt.last_heartbeat_at = now
     attempt.started_at = now
-    attempt.save(update_fields=_CLAIMED_ATTEMPT_FIELDS)
-    append_event(
-        run,
-        EventType.ATTEMPT_CLAIMED,
-        f"worker:{worker_id}",
-        {
-            "attempt_id": attempt.id,
-            "number": attempt.number,
-            "from_status": previous,
-            "lease_epoch": run.lease_epoch,
-            "cancel_epoch": run.cancel_epoch,
-            "lease_expires_at": attempt.lease_expires_at.isoformat(),
-        },
-    )
-    run.save(update_fields=["status", "lease_epoch", "not_before", "last_event_seq", "updated_at"])
+    with batched_events(run):
+        append_event(
+            run,
+            EventType.ATTEMPT_CLAIMED,
+            f"worker:{worker_id}",
+            {
+                "attempt_id": attempt.id,
+                "number": attempt.number,
+                "from_status": previous,
+                "lease_epoch": run.lease_epoch,
+                "cancel_epoch": run.cancel_epoch,
+                "lease_expires_at": attempt.lease_expires_at.isoformat(),
+            },
+        )
+        # The attempt, its event and the run in one statement.
+        write_run(
+            run,
+            fields=["status", "lease_epoch", "not_before", "last_event_seq", "updated_at"],
+            attempt=attempt,
+            attempt_fields=_CLAIMED_ATTEMPT_FIELDS,
+        )
     return _lease_for(run, attempt, seconds)
 
 
@@ -457,24 +477,35 @@ def checkpoint_save(
     )
     run, attempt = fenced.run, fenced.attempt
     number = (run.checkpoints.order_by("-number").values_list("number", flat=True).first() or 0) + 1
-    checkpoint = Checkpoint.objects.create(
-        run=run, attempt=attempt, number=number, step=step, state=state
-    )
+    checkpoint = Checkpoint(run=run, attempt=attempt, number=number, step=step, state=state)
     run.latest_checkpoint = checkpoint
     # The boundary itself says whether to stop here, so a worker that missed the signal
     # (it claimed just before the agent's gate closed) stops at its first boundary.
     checkpoint.pause_requested = _pause_requested(run)
     run_fields = ["latest_checkpoint", "last_event_seq", "updated_at"]
-    if set_attempt_cost(run, attempt, parsed_cost):
-        attempt.save(update_fields=["cost"])
+    cost_changed = set_attempt_cost(run, attempt, parsed_cost)
+    if cost_changed:
         run_fields.append("cost")
-    append_event(
-        run,
-        EventType.CHECKPOINT_SAVED,
-        f"worker:{attempt.worker_id}",
-        {"checkpoint_id": checkpoint.id, "number": number, "step": step, "attempt_id": attempt.id},
-    )
-    run.save(update_fields=run_fields)
+    with batched_events(run):
+        append_event(
+            run,
+            EventType.CHECKPOINT_SAVED,
+            f"worker:{attempt.worker_id}",
+            {
+                "checkpoint_id": checkpoint.id,
+                "number": number,
+                "step": step,
+                "attempt_id": attempt.id,
+            },
+        )
+        # The checkpoint, its event, the attempt's cost and the run in one statement.
+        write_run(
+            run,
+            fields=run_fields,
+            attempt=attempt if cost_changed else None,
+            attempt_fields=["cost"],
+            inserts=[checkpoint],
+        )
     return checkpoint
 
 
@@ -734,28 +765,32 @@ def attempt_complete(
     attempt.ended_at = now
     attempt.lease_expires_at = None
     set_attempt_cost(run, attempt, parsed_cost)
-    attempt.save(update_fields=["status", "ended_at", "lease_expires_at", "cost"])
     run.status = next_status(run.status, "complete")
     run.result = result
     run.finished_at = now
     run.failure_class = ""
     clear_pause_request(run)  # the last step finished: there is nothing left to pause
-    append_event(
-        run, EventType.RUN_SUCCEEDED, f"worker:{attempt.worker_id}", {"attempt_id": attempt.id}
-    )
-    run.save(
-        update_fields=[
-            "status",
-            "result",
-            "finished_at",
-            "failure_class",
-            "pause_reason",
-            "pause_actor",
-            "pause_requested_at",
-            "pause_expires_in",
-            "cost",
-            "last_event_seq",
-            "updated_at",
-        ]
-    )
+    with batched_events(run):
+        append_event(
+            run, EventType.RUN_SUCCEEDED, f"worker:{attempt.worker_id}", {"attempt_id": attempt.id}
+        )
+        # The attempt, the event and the run in one statement.
+        write_run(
+            run,
+            attempt=attempt,
+            attempt_fields=["status", "ended_at", "lease_expires_at", "cost"],
+            fields=[
+                "status",
+                "result",
+                "finished_at",
+                "failure_class",
+                "pause_reason",
+                "pause_actor",
+                "pause_requested_at",
+                "pause_expires_in",
+                "cost",
+                "last_event_seq",
+                "updated_at",
+            ],
+        )
     return run

@@ -231,6 +231,8 @@ class FakeContext:
         context: dict[str, Any] | None = None,
         reason: str = "",
         key: str | None = None,
+        editable: Any = None,
+        arguments: Any = None,
     ) -> Approval:
         from ledger.services import action_hash
 
@@ -245,11 +247,14 @@ class FakeContext:
             and answer.action_hash in ("", wanted)
         ):
             value = _approval_value(answer.value)
+            edited = value.get("edited")  # checked when the test gave it (run.py)
             return Approval(
                 approved=value["decision"] == "approve",
                 comment=str(value.get("comment") or ""),
                 answered_by="tester",
                 request_id=f"req_{step_id}",
+                decision=str(value["decision"]),
+                edited=edited,
             )
         if self._run is not None and step_id in self._run.preapproved:
             return Approval(approved=True, comment="Approved when the run was started.")
@@ -275,6 +280,19 @@ class FakeContext:
                     "change": change,
                     "reversibility": reversibility or "",
                     "hash": wanted,
+                    **(
+                        {
+                            "editable": {
+                                "schema": to_json(editable, "editable schema"),
+                                "value": to_json(
+                                    change if arguments is None else arguments,
+                                    "approval arguments",
+                                ),
+                            }
+                        }
+                        if editable is not None
+                        else {}
+                    ),
                 },
             )
         )

@@ -222,17 +222,22 @@ class _AnswerGiven:
 
 
 def _approval_value(given: Any) -> dict[str, Any]:
-    """``True`` / ``"approve"`` / ``{"decision": …, "comment": …}`` / ``Approval(…)``."""
+    """``True`` / ``"approve"`` / ``{"decision": …, "comment": …, "edited": …}`` /
+    ``Approval(…)``; the decision is approve, deny or respond (send back with a comment)."""
     if isinstance(given, Approval):
-        return {"decision": "approve" if given.approved else "deny", "comment": given.comment}
+        decision = given.decision or ("approve" if given.approved else "deny")
+        return {"decision": decision, "comment": given.comment, "edited": given.edited}
     if isinstance(given, bool):
         return {"decision": "approve" if given else "deny"}
     if given in ("approve", "deny"):
         return {"decision": given}
-    if isinstance(given, dict) and given.get("decision") in ("approve", "deny"):
+    if isinstance(given, dict) and given.get("decision") in ("approve", "deny", "respond"):
+        if given.get("edited") is not None and given["decision"] != "approve":
+            raise HarnessError("Only an approval carries edited arguments.")
         return dict(given)
     raise HarnessError(
-        f"An approval is True/False, 'approve'/'deny' or {{'decision': …}}, not {given!r}."
+        "An approval is True/False, 'approve'/'deny' or {'decision': approve | deny | "
+        f"respond, 'comment': …, 'edited': …}}, not {given!r}."
     )
 
 

@@ -17,7 +17,7 @@ from ledger.tools import (
     request_errors,
 )
 from runs.errors import HoldpointError
-from runs.schemas import validation_errors
+from runs.schemas import compile_schema, validation_errors
 from runtime.context import to_json
 from runtime.control import StepTimeout
 from runtime.steps import run_step
@@ -433,6 +433,21 @@ class _Run:
         value = queue.pop(0)
         if question.kind == "auth_required":
             value = _approval_value(value)
+            edited = value.get("edited")
+            editable = (question.action or {}).get("editable")
+            if edited is not None:
+                # The run store's check (runs/approvals.py): an edit must fit the schema
+                # the step offered; one that changes nothing is a plain approval.
+                if not isinstance(editable, dict):
+                    raise HarnessError(f"{question.key!r} offers no edit, but the test edits it.")
+                errors = validation_errors(compile_schema(editable["schema"]), edited)
+                if errors:
+                    raise HarnessError(
+                        f"The edit {edited!r} of {question.key!r} does not fit its schema: "
+                        + "; ".join(f"{e['pointer']}: {e['message']}" for e in errors)
+                    )
+                if edited == editable.get("value"):
+                    value = {**value, "edited": None}
         else:
             if question.key.split(".", 1)[-1].startswith("choose") and not isinstance(value, dict):
                 value = {"choice": value}

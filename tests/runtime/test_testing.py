@@ -118,6 +118,53 @@ def test_auth_token_migration_with_the_real_config_store(store: ConfigStoreTool)
     assert mail.calls[0][0]["to"] == ["auth-team@example.com"]
 
 
+def test_auth_token_migration_approved_with_edits_writes_the_edit(store: ConfigStoreTool) -> None:
+    """The harness answers an editable approval as a person does on the card (issue 18):
+    the step gets the edited arguments, checked against the schema it offered."""
+    mail = FakeTool("email", reversibility="irreversible", can_look_up=False)
+    run = run_agent(
+        auth_token_migration.agent,
+        {"notify": "auth-team@example.com"},
+        answers=[{"versions": ["v3", "v2"]}],
+        approvals=[{"decision": "approve", "edited": {"accepted_versions": ["v3"]}}, "approve"],
+        tools={"config_store": store, "email": mail},
+    )
+    assert run.status == "succeeded", run.error
+    assert run.result["accepted_versions"] == ["v3"]
+    newest = ConfigStore(store.store().root).read("staging/auth/config")
+    assert newest is not None and newest.content["accepted_versions"] == ["v3"]
+    # An edit that breaks the schema is the test's mistake, said at once.
+    with pytest.raises(HarnessError, match="does not fit"):
+        run_agent(
+            auth_token_migration.agent,
+            {"notify": "auth-team@example.com"},
+            answers=[{"versions": ["v3", "v2"]}],
+            approvals=[{"decision": "approve", "edited": {"accepted_versions": "v3"}}],
+            tools={"config_store": store, "email": mail},
+        )
+
+
+def test_auth_token_migration_sent_back_asks_again(store: ConfigStoreTool) -> None:
+    mail = FakeTool("email", reversibility="irreversible", can_look_up=False)
+    run = run_agent(
+        auth_token_migration.agent,
+        {"notify": "auth-team@example.com"},
+        answers=[{"versions": ["v3", "v2"]}, {"versions": ["v3"]}],
+        approvals=[{"decision": "respond", "comment": "keep v2 out"}, "approve", "approve"],
+        tools={"config_store": store, "email": mail},
+    )
+    assert run.status == "succeeded", run.error
+    assert run.result["accepted_versions"] == ["v3"]
+    kinds = [q.kind for q in run.questions]
+    assert kinds == [
+        "input_required",
+        "auth_required",
+        "input_required",
+        "auth_required",
+        "auth_required",
+    ]
+
+
 def test_auth_token_migration_sees_an_edit_made_while_the_question_was_open(
     store: ConfigStoreTool,
 ) -> None:

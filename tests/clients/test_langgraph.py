@@ -61,10 +61,7 @@ def test_a_reviewed_tool_call_accepted_runs_once_with_its_arguments(
     assert card.action["change"] == {"city": "sf", "note": "note"}
     assert card.action["editable"]["value"] == {"city": "sf", "note": "note"}
     assert card.action["editable"]["schema"]["properties"]["city"] == {"type": "string"}
-    assert card.context["action_request"] == {
-        "action": "folder",
-        "args": {"city": "sf", "note": "note"},
-    }
+    assert card.action["reversibility"] == "compensable"  # The agent's folder tool.
     assert card.context["allowed"] == ["approve", "edit", "respond", "deny"]
     answer(run_id, card, {"decision": "approve"}, approver)
     wait_status(run_id, "succeeded")

@@ -165,11 +165,10 @@ def _review(ctx: Context, request: dict[str, Any], key: str) -> dict[str, Any]:
         name,
         "",
         args,
+        # The agent's tool of that name, if any, says how far the call can be undone.
+        tool=name,
         prompt=prompt,
-        context={
-            "action_request": action,
-            "allowed": [DECISIONS[t] for t in allowed],
-        },
+        context={"allowed": [DECISIONS[t] for t in allowed]},
         key=key,
         # The arguments are editable on the card when the interrupt allows edits.
         **({"editable": args_schema(args), "arguments": args} if "edit" in allowed else {}),

@@ -138,6 +138,22 @@ def test_send_back_and_deny_run_no_tool(graphs, operator, approver, tool_dir) ->
     assert executions(tool_dir) == []
 
 
+def test_a_review_that_allows_no_edit_or_response_shows_no_form_and_ignores_a_send_back(
+    graphs, operator, approver, tool_dir
+) -> None:
+    run_id = services.run_start(
+        agent="lg-strict-review", input={"request": "note"}, user=operator
+    ).id
+    card = wait_pending(run_id, "auth_required")
+    assert "editable" not in card.action
+    assert card.context["allowed"] == ["approve", "deny"]
+    answer(run_id, card, {"decision": "respond", "comment": "why?"}, approver)
+    wait_status(run_id, "succeeded")
+    # The graph allowed no free-text response: the send-back reaches it as "ignore".
+    assert Run.objects.get(pk=run_id).result["review"] == "ignored"
+    assert executions(tool_dir) == []
+
+
 def test_the_graph_asks_the_human(graphs, operator, tool_dir) -> None:
     run_id = services.run_start(agent="lg-ask", input={}, user=operator).id
     card = wait_pending(run_id, "input_required")

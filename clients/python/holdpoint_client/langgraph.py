@@ -171,7 +171,8 @@ def _review(ctx: Context, request: dict[str, Any], key: str) -> dict[str, Any]:
         context={"allowed": [DECISIONS[t] for t in allowed]},
         key=key,
         # The arguments are editable on the card when the interrupt allows edits.
-        **({"editable": args_schema(args), "arguments": args} if "edit" in allowed else {}),
+        editable=args_schema(args) if "edit" in allowed else None,
+        arguments=args,
     )
     if approval.approved:
         if approval.edited is not None and "edit" in allowed:

@@ -178,6 +178,8 @@ _SHOWN_KEYS = {
     *_COMPENSATION_KEYS,
     *_CHANGE_KEYS,
     *_ARGUMENT_KEYS,
+    # The form to edit the plan (issue 18) shows it; not a raw argument too.
+    "editable",
 }
 _PAIRS = (("before", "after"), ("from", "to"), ("old", "new"))
 

@@ -203,24 +203,50 @@ def test_a_python_client_run_is_cancelled_and_another_paused_from_the_browser(
     assert Run.objects.get(pk=paused).result == {"n": 2}
 
 
-def test_a_langgraph_run_is_reviewed_in_the_browser(
-    page: Any, operator: User, remote: Any, tool_dir: Path
+def test_a_langgraph_review_is_an_approval_card_edited_or_sent_back_in_the_browser(
+    new_page: Any, operator: User, approver: User, remote: Any, tool_dir: Path
 ) -> None:
     pytest.importorskip("langgraph")
     remote("py", "py-graphs")
-    login(page, "olivia")
-    run_id = start_from_dashboard(page, "lg-review", {"request": "note"})
-    review = pending(run_id, "input_required")
-    page.goto(f"/runs/{run_id}/")
-    card = open_request(page, review.id)
-    expect(card.locator("h2")).to_contain_text("Run folder with")
-    shot(page, "remote-langgraph-review")
-    # Four choices (accept, edit, respond, ignore as approve, edit, respond, deny): radios.
-    card.get_by_label("approve", exact=True).check()
-    card.get_by_role("button", name="Submit response").click()
-    expect(page.locator(f"#run-{run_id}-main .flash-success")).to_contain_text("Answer sent.")
+    olivia = new_page()
+    login(olivia, "olivia")
+    run_id = start_from_dashboard(olivia, "lg-review", {"request": "note"})
+    review = pending(run_id, "auth_required")
+    alice = new_page()
+    login(alice, "alice")
+    alice.goto(f"/runs/{run_id}/")
+    card = open_request(alice, review.id)
+    # The HumanInterrupt is the approval card: the tool call's arguments, editable.
+    expect(card.locator("h2")).to_have_text("Run folder")
+    expect(card.locator(".request-prompt")).to_contain_text("Run folder with")
+    expect(card.get_by_role("table", name="Arguments")).not_to_contain_text(
+        "editable"
+    )  # Shown as the form only.
+    card.get_by_text("Edit before approving").click()
+    card.get_by_label("City").fill("nyc")
+    expect(card.locator("[data-edit-diff]")).to_contain_text("sf → nyc")
+    shot(alice, "remote-langgraph-review")
+    card.get_by_role("button", name=re.compile("^Approve")).click()
+    expect(alice.locator(f"#run-{run_id}-main .flash-success")).to_contain_text("Approved")
     status_is(run_id, "succeeded")
-    assert Run.objects.get(pk=run_id).result["review"] == "accepted"
+    # Approve with edits reached the graph as HumanResponse "edit" with the edited args.
+    result = Run.objects.get(pk=run_id).result
+    assert result["review"] == "edited"
+    assert result["tool_call"]["args"] == {"city": "nyc", "note": "note"}
+    assert len(executions(tool_dir)) == 1
+
+    # "Send back with a comment" reaches the graph as HumanResponse "response".
+    sent_back = start_from_dashboard(olivia, "lg-review", {"request": "other"})
+    review = pending(sent_back, "auth_required")
+    alice.goto(f"/runs/{sent_back}/")
+    card = open_request(alice, review.id)
+    card.get_by_role("button", name="Send back with a comment").click()
+    expect(card).to_contain_text("Write what the agent should change")
+    card.get_by_label("Comment").fill("Use the cache instead")
+    card.get_by_role("button", name="Send back with a comment").click()
+    expect(card).to_contain_text("Sent back by alice")
+    status_is(sent_back, "succeeded")
+    assert Run.objects.get(pk=sent_back).result["outcome"] == "Use the cache instead"
     assert len(executions(tool_dir)) == 1
 
 

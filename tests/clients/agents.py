@@ -14,7 +14,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from holdpoint_client import Agent, Context, Done, Next, Outcome, RetryPolicy, ToolResult
+from holdpoint_client import (
+    Agent,
+    ApprovalDenied,
+    Context,
+    Done,
+    Next,
+    Outcome,
+    RetryPolicy,
+    ToolResult,
+)
 
 
 class FolderTool:
@@ -116,4 +125,51 @@ def wait_then_act(ctx: Context, state: dict[str, Any]) -> Done:
     return ctx.done({"reference": done.external_reference, "pid": os.getpid()})
 
 
-AGENTS = [deploy, looper, waiter]
+class SendOnceTool(FolderTool):
+    """The folder as an irreversible tool whose calls an approver may edit (``edit_schema``)."""
+
+    name = "folder-once"
+    reversibility = "irreversible"
+    edit_schema = {"to": "string", "body": "string"}
+
+
+tuner = Agent(
+    name="remote-tune",
+    input_schema={"service": "string"},
+    description="Approves an editable change (or is sent back), then sends one irreversible note",
+    tools=[SendOnceTool()],
+    retry=RetryPolicy(max_attempts=3, backoff_initial=0.1, backoff_max=0.5),
+)
+
+
+@tuner.step(start=True)
+def tune(ctx: Context, state: dict[str, Any]) -> Done | Next:
+    plan = {"timeout": 30, "retries": 2}
+    approval = ctx.approve(
+        "tune",
+        ctx.input["service"],
+        {"timeout": {"from": 10, "to": 30}},
+        editable={"timeout": "integer", "retries": "integer"},
+        arguments=plan,
+    )
+    if approval.responded:
+        return ctx.done({"responded": approval.comment, "approved": approval.approved})
+    if approval.denied:
+        return ctx.done({"denied": True})
+    return ctx.next(
+        "notify",
+        {"settings": approval.edited or plan, "edited": approval.edited is not None},
+    )
+
+
+@tuner.step
+def notify(ctx: Context, state: dict[str, Any]) -> Done:
+    request = {"to": "ops", "body": f"timeout={state['settings']['timeout']}"}
+    try:
+        done = ctx.side_effect("folder-once", ctx.input["service"], request)
+    except ApprovalDenied as exc:
+        return ctx.done({**state, "sent": False, "why": str(exc)})
+    return ctx.done({**state, "sent": True, "reference": done.external_reference})
+
+
+AGENTS = [deploy, looper, waiter, tuner]

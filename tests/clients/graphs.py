@@ -38,6 +38,15 @@ def call_llm(state: ReviewState) -> ReviewState:
 
 
 def human_review(state: ReviewState) -> ReviewState:
+    return _review(state, edit=True, respond=True)
+
+
+def strict_review(state: ReviewState) -> ReviewState:
+    """The Agent Inbox's accept-or-ignore review: no edits, no free-text response."""
+    return _review(state, edit=False, respond=False)
+
+
+def _review(state: ReviewState, *, edit: bool, respond: bool) -> ReviewState:
     visit("human_review")
     call = state["tool_call"]
     [response] = interrupt(
@@ -46,8 +55,8 @@ def human_review(state: ReviewState) -> ReviewState:
                 "action_request": {"action": call["name"], "args": call["args"]},
                 "config": {
                     "allow_accept": True,
-                    "allow_edit": True,
-                    "allow_respond": True,
+                    "allow_edit": edit,
+                    "allow_respond": respond,
                     "allow_ignore": True,
                 },
                 "description": f"Run {call['name']} with {call['args']}?",
@@ -74,21 +83,26 @@ def run_tool(state: ReviewState) -> ReviewState:
     return {"outcome": done.external_reference}
 
 
-review_builder = StateGraph(ReviewState)
-review_builder.add_node("call_llm", call_llm)
-review_builder.add_node("human_review", human_review)
-review_builder.add_node("run_tool", run_tool)
-review_builder.add_edge(START, "call_llm")
-review_builder.add_edge("call_llm", "human_review")
-review_builder.add_conditional_edges("human_review", route, ["run_tool", END])
-review_builder.add_edge("run_tool", END)
-review = graph_agent(
-    "lg-review",
-    review_builder,
-    input_schema={"request": "string"},
-    tools=[FolderTool()],
-    retry=RetryPolicy(backoff_initial=0.1, backoff_max=0.5),
-)
+def review_graph(name: str, review_node: Any) -> Any:
+    builder = StateGraph(ReviewState)
+    builder.add_node("call_llm", call_llm)
+    builder.add_node("human_review", review_node)
+    builder.add_node("run_tool", run_tool)
+    builder.add_edge(START, "call_llm")
+    builder.add_edge("call_llm", "human_review")
+    builder.add_conditional_edges("human_review", route, ["run_tool", END])
+    builder.add_edge("run_tool", END)
+    return graph_agent(
+        name,
+        builder,
+        input_schema={"request": "string"},
+        tools=[FolderTool()],
+        retry=RetryPolicy(backoff_initial=0.1, backoff_max=0.5),
+    )
+
+
+review = review_graph("lg-review", human_review)
+strict = review_graph("lg-strict-review", strict_review)
 
 
 class AskState(TypedDict, total=False):
@@ -153,4 +167,4 @@ chain = graph_agent(
     retry=RetryPolicy(backoff_initial=0.1, backoff_max=0.5),
 )
 
-AGENTS = [review, ask, chain]
+AGENTS = [review, strict, ask, chain]

@@ -12,8 +12,16 @@ from typing import Any
 import pytest
 
 from runs import services
+from runs.errors import HoldpointError
 from runs.models import Checkpoint, Run, RunEvent
-from tests.clients.conftest import answer, executions, wait_for, wait_pending, wait_status
+from tests.clients.conftest import (
+    answer,
+    executions,
+    pending,
+    wait_for,
+    wait_pending,
+    wait_status,
+)
 
 try:
     import langgraph  # noqa: F401
@@ -42,22 +50,20 @@ def graphs(worker) -> Any:
 
 
 def test_a_reviewed_tool_call_accepted_runs_once_with_its_arguments(
-    graphs, operator, tool_dir: Path
+    graphs, operator, approver, tool_dir: Path
 ) -> None:
     run_id = review_run(operator)
-    card = wait_pending(run_id, "input_required")
+    # A HumanInterrupt is an approval hold point: the approval card, the tool call's
+    # arguments as the planned change, editable because the config allows edits.
+    card = wait_pending(run_id, "auth_required")
     assert card.prompt.startswith("Run folder with")
-    assert card.context["action_request"] == {
-        "action": "folder",
-        "args": {"city": "sf", "note": "note"},
-    }
-    assert card.accepted_schema["properties"]["decision"]["enum"] == [
-        "approve",
-        "edit",
-        "respond",
-        "deny",
-    ]
-    answer(run_id, card, {"decision": "approve"}, operator)
+    assert card.action["tool"] == "folder"
+    assert card.action["change"] == {"city": "sf", "note": "note"}
+    assert card.action["editable"]["value"] == {"city": "sf", "note": "note"}
+    assert card.action["editable"]["schema"]["properties"]["city"] == {"type": "string"}
+    assert card.action["reversibility"] == "compensable"  # The agent's folder tool.
+    assert card.context["allowed"] == ["approve", "edit", "respond", "deny"]
+    answer(run_id, card, {"decision": "approve"}, approver)
     wait_status(run_id, "succeeded")
     run = Run.objects.get(pk=run_id)
     assert run.result["review"] == "accepted"
@@ -75,30 +81,76 @@ def test_a_reviewed_tool_call_accepted_runs_once_with_its_arguments(
     assert nodes(tool_dir).count("call_llm") == 1
 
 
-def test_an_edited_tool_call_runs_with_the_edited_arguments(graphs, operator, tool_dir) -> None:
+def test_an_edited_tool_call_runs_with_the_edited_arguments(
+    graphs, operator, approver, tool_dir
+) -> None:
     run_id = review_run(operator)
-    card = wait_pending(run_id, "input_required")
-    answer(run_id, card, {"decision": "edit", "args": {"city": "nyc", "note": "edited"}}, operator)
+    card = wait_pending(run_id, "auth_required")
+    # Approve with edits through the approval API: the graph gets HumanResponse "edit".
+    answer(
+        run_id,
+        card,
+        {"decision": "approve", "edited": {"city": "nyc", "note": "edited"}},
+        approver,
+    )
     wait_status(run_id, "succeeded")
     assert Run.objects.get(pk=run_id).result["review"] == "edited"
     [written] = [p.read_text() for p in tool_dir.glob("*.json")]
     assert '"city": "nyc"' in written and '"note": "edited"' in written
+    # The request records the original next to the edit, and who made it.
+    card.refresh_from_db()
+    assert card.answer["decision"] == "approve"
+    assert card.answer["edited"] == {"city": "nyc", "note": "edited"}
+    assert card.action["editable"]["value"] == {"city": "sf", "note": "note"}
 
 
-def test_respond_and_ignore_run_no_tool(graphs, operator, tool_dir) -> None:
+def test_an_edit_the_schema_refuses_changes_nothing(graphs, operator, approver, tool_dir) -> None:
+    run_id = review_run(operator)
+    card = wait_pending(run_id, "auth_required")
+    with pytest.raises(HoldpointError) as refused:
+        answer(run_id, card, {"decision": "approve", "edited": {"city": 7}}, approver)
+    assert refused.value.code == "invalid_input"
+    assert pending(run_id) is not None and pending(run_id).id == card.id
+    assert executions(tool_dir) == []
+
+
+def test_send_back_and_deny_run_no_tool(graphs, operator, approver, tool_dir) -> None:
     responded = review_run(operator)
     answer(
         responded,
-        wait_pending(responded, "input_required"),
-        {"decision": "respond", "response": "use the cache instead"},
-        operator,
+        wait_pending(responded, "auth_required"),
+        {"decision": "respond", "comment": "use the cache instead"},
+        approver,
     )
     ignored = review_run(operator)
-    answer(ignored, wait_pending(ignored, "input_required"), {"decision": "deny"}, operator)
+    answer(
+        ignored,
+        wait_pending(ignored, "auth_required"),
+        {"decision": "deny", "comment": "not this one"},
+        approver,
+    )
     wait_status(responded, "succeeded")
     wait_status(ignored, "succeeded")
+    # Send back → HumanResponse "response" with the comment; deny → "ignore".
+    assert Run.objects.get(pk=responded).result["review"] == "responded"
     assert Run.objects.get(pk=responded).result["outcome"] == "use the cache instead"
     assert Run.objects.get(pk=ignored).result["review"] == "ignored"
+    assert executions(tool_dir) == []
+
+
+def test_a_review_that_allows_no_edit_or_response_shows_no_form_and_ignores_a_send_back(
+    graphs, operator, approver, tool_dir
+) -> None:
+    run_id = services.run_start(
+        agent="lg-strict-review", input={"request": "note"}, user=operator
+    ).id
+    card = wait_pending(run_id, "auth_required")
+    assert "editable" not in card.action
+    assert card.context["allowed"] == ["approve", "deny"]
+    answer(run_id, card, {"decision": "respond", "comment": "why?"}, approver)
+    wait_status(run_id, "succeeded")
+    # The graph allowed no free-text response: the send-back reaches it as "ignore".
+    assert Run.objects.get(pk=run_id).result["review"] == "ignored"
     assert executions(tool_dir) == []
 
 

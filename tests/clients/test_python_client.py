@@ -79,9 +79,80 @@ def test_a_denial_is_a_value_the_step_acts_on(worker, operator, approver, tool_d
     worker()
     run_id = start_deploy(operator)
     answer(run_id, wait_pending(run_id, "input_required"), {"versions": ["v3"]}, operator)
-    answer(run_id, wait_pending(run_id, "auth_required"), {"decision": "deny"}, approver)
+    answer(
+        run_id,
+        wait_pending(run_id, "auth_required"),
+        {"decision": "deny", "comment": "not now"},
+        approver,
+    )
     wait_status(run_id, "succeeded")
     assert Run.objects.get(pk=run_id).result == {"deployed": False, "by": "alice"}
+    assert executions(tool_dir) == []
+
+
+def test_an_approver_edits_the_plan_and_the_irreversible_call_runs_edited_under_its_own_key(
+    worker, operator, approver, tool_dir: Path
+) -> None:
+    worker()
+    run_id = services.run_start(agent="remote-tune", input={"service": "gateway"}, user=operator).id
+    card = wait_pending(run_id, "auth_required")
+    # ctx.approve(..., editable=SCHEMA, arguments=PLAN) sent the form and the plan.
+    assert card.action["editable"]["value"] == {"timeout": 30, "retries": 2}
+    assert card.action["editable"]["schema"]["properties"]["timeout"]["type"] == "integer"
+    answer(
+        run_id,
+        card,
+        {"decision": "approve", "edited": {"timeout": 45, "retries": 2}, "comment": "longer"},
+        approver,
+    )
+    # The irreversible call asks with the tool's form (edit_schema), the plan prefilled.
+    send = wait_pending(run_id, "auth_required")
+    assert send.id != card.id
+    assert send.action["change"] == {"to": "ops", "body": "timeout=45"}
+    assert send.action["editable"]["value"] == {"to": "ops", "body": "timeout=45"}
+    edited = {"to": "ops", "body": "timeout=45, sent at night"}
+    answer(run_id, send, {"decision": "approve", "edited": edited}, approver)
+    wait_status(run_id, "succeeded")
+    result = Run.objects.get(pk=run_id).result
+    assert result["settings"] == {"timeout": 45, "retries": 2}  # approval.edited
+    assert result["edited"] is True and result["sent"] is True
+    # The edited request ran, once, under its own key (not the plan's).
+    [effect] = SideEffect.objects.filter(run_id=run_id)
+    assert effect.request == edited
+    assert effect.idempotency_key.rsplit(".", 1)[-1].startswith("e")
+    [line] = executions(tool_dir)
+    assert line.split()[0] == effect.idempotency_key
+    [written] = [p.read_text() for p in tool_dir.glob("*.json")]
+    assert "sent at night" in written
+
+
+def test_send_back_with_a_comment_reaches_the_step_as_responded(
+    worker, operator, approver, tool_dir: Path
+) -> None:
+    worker()
+    run_id = services.run_start(agent="remote-tune", input={"service": "gateway"}, user=operator).id
+    card = wait_pending(run_id, "auth_required")
+    answer(run_id, card, {"decision": "respond", "comment": "raise retries instead"}, approver)
+    wait_status(run_id, "succeeded")
+    assert Run.objects.get(pk=run_id).result == {
+        "responded": "raise retries instead",
+        "approved": False,
+    }
+    assert executions(tool_dir) == []
+
+
+def test_an_irreversible_call_sent_back_is_refused_with_the_comment(
+    worker, operator, approver, tool_dir: Path
+) -> None:
+    worker()
+    run_id = services.run_start(agent="remote-tune", input={"service": "gateway"}, user=operator).id
+    answer(run_id, wait_pending(run_id, "auth_required"), {"decision": "approve"}, approver)
+    send = wait_pending(run_id, "auth_required")
+    answer(run_id, send, {"decision": "respond", "comment": "not tonight"}, approver)
+    wait_status(run_id, "succeeded")
+    result = Run.objects.get(pk=run_id).result
+    assert result["sent"] is False and result["edited"] is False
+    assert "sent back by alice: not tonight" in result["why"]
     assert executions(tool_dir) == []
 
 

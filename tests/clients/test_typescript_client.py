@@ -66,6 +66,9 @@ def test_the_typescript_client_passes_its_node_tests(
     admin = User.objects.create_user(username="tsadmin")
     admin.groups.add(Group.objects.get(name="admin"))
     person = Token.objects.create(user=admin).key
+    second = User.objects.create_user(username="tsapprover")
+    second.groups.add(Group.objects.get(name="admin"))
+    approver = Token.objects.create(user=second).key
     _, token = worker_token_create(name="ts-client")
     sweeper = Sweeper()
     sweeper.start()
@@ -78,6 +81,7 @@ def test_the_typescript_client_passes_its_node_tests(
                 "HOLDPOINT_URL": live_api.url,
                 "HOLDPOINT_TOKEN": token,
                 "HOLDPOINT_USER_TOKEN": person,
+                "HOLDPOINT_APPROVER_TOKEN": approver,
                 "HOLDPOINT_TEST_TOOL_DIR": str(tool_dir),
             },
             capture_output=True,
@@ -91,4 +95,6 @@ def test_the_typescript_client_passes_its_node_tests(
     assert "# fail 0" in result.stdout
     # What the Node tests did is in the database too.
     assert Run.objects.filter(agent="ts-deploy", status="succeeded").count() == 2
-    assert len(executions(tool_dir)) == 2
+    assert Run.objects.filter(agent="ts-tune", status="succeeded").count() == 2
+    # Two deploys and the edited irreversible call; the sent-back run acted on nothing.
+    assert len(executions(tool_dir)) == 3

@@ -9,6 +9,7 @@ its side effect, by that key (docs/protocol.md).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -95,13 +96,60 @@ def covers(answer: dict[str, Any], *, tool: str, target: str, change: Any) -> bo
 
 
 def _approval(answer: dict[str, Any]) -> Approval:
-    value = answer.get("answer") or {}
+    """The step's view of an answered approval (as ``runtime.context.approval_of``)."""
+    value = answer.get("answer")
+    value = value if isinstance(value, dict) else {}
+    approvers = value.get("approvers")
     return Approval(
-        approved=isinstance(value, dict) and value.get("decision") == "approve",
-        comment=str(value.get("comment", "")) if isinstance(value, dict) else "",
+        approved=value.get("decision") == "approve",
+        comment=str(value.get("comment") or ""),
         answered_by=answer.get("answered_by"),
         request_id=str(answer.get("request_id", "")),
+        decision=str(value.get("decision") or ""),
+        edited=value.get("edited"),
+        approvers=tuple(str(a) for a in approvers) if isinstance(approvers, list) else (),
     )
+
+
+# Secret header values are never stored by the server (``ledger/outbound.py`` redacts
+# them): the same rule here, so that an editable request shows the placeholder, and an
+# approver's edit gets the real values back from the plan this process holds.
+REDACTED = "[redacted]"
+_SECRET_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key"}
+)
+_SECRET_WORDS = ("token", "secret", "key", "password", "passwd", "auth", "session", "signature")
+
+
+def _is_secret_header(name: str) -> bool:
+    lowered = name.lower()
+    return lowered in _SECRET_HEADERS or any(word in lowered for word in _SECRET_WORDS)
+
+
+def redact_request(request: Any) -> Any:
+    """``request`` with secret header values replaced by ``[redacted]``."""
+    if not (isinstance(request, dict) and isinstance(request.get("headers"), dict)):
+        return request
+    headers = {
+        name: REDACTED if isinstance(name, str) and _is_secret_header(name) else value
+        for name, value in request["headers"].items()
+    }
+    return {**request, "headers": headers}
+
+
+def with_secrets(edited: Any, planned: Any) -> Any:
+    """An approver's edit of a request, with the secret header values the card showed
+    redacted put back from the plan (the server never had them)."""
+    if not (isinstance(edited, dict) and isinstance(planned, dict)):
+        return edited
+    headers, original = edited.get("headers"), planned.get("headers")
+    if not (isinstance(headers, dict) and isinstance(original, dict)):
+        return edited
+    restored = {
+        name: original[name] if value == REDACTED and name in original else value
+        for name, value in headers.items()
+    }
+    return {**edited, "headers": restored}
 
 
 class Context:
@@ -233,8 +281,16 @@ class Context:
         context: dict[str, Any] | None = None,
         reason: str = "",
         key: str | None = None,
+        editable: Any = None,
+        arguments: Any = None,
     ) -> Approval:
-        """Ask for approval of ``action`` on ``target``; a denial is returned, not raised."""
+        """Ask for approval of ``action`` on ``target``; a denial is returned, not raised.
+
+        ``editable`` (a JSON Schema, compact form allowed) lets the approver change the
+        planned ``arguments`` (default: ``detail``) before approving; the step then gets
+        ``approval.edited`` (checked against the schema by the server). A person may also
+        send the request back with a comment (``approval.responded``: not approved).
+        """
         self.check()
         step_id = self._key("approve", key)
         change = to_json(detail, "approval detail")
@@ -272,6 +328,18 @@ class Context:
                 "target": target,
                 "change": change,
                 "reversibility": reversibility or "",
+                **(
+                    {
+                        "editable": {
+                            "schema": to_json(editable, "editable schema"),
+                            "value": to_json(
+                                change if arguments is None else arguments, "approval arguments"
+                            ),
+                        }
+                    }
+                    if editable is not None
+                    else {}
+                ),
             },
         )
         raise AssertionError("unreachable")  # pragma: no cover
@@ -356,13 +424,30 @@ class Context:
         if compensate is not None:
             body["compensating_action"] = to_json(compensate, "compensating action")
         try:
-            begin = self._control.write("side-effects", body, with_cost=False)
+            try:
+                begin = self._control.write("side-effects", body, with_cost=False)
+            except Problem as exc:
+                if not (
+                    exc.code == "approval_required"
+                    and isinstance(exc.body.get("edited"), dict)
+                    and exc.body.get("edited_idempotency_key")
+                ):
+                    raise
+                # Approved with edits: the edited request is what runs, under its own key
+                # (the server says which; the plan itself was not approved).
+                request = with_secrets(exc.body["edited"], request)
+                body = {
+                    **body,
+                    "request": request,
+                    "idempotency_key": str(exc.body["edited_idempotency_key"]),
+                }
+                begin = self._control.write("side-effects", body, with_cost=False)
         except Problem as exc:
             if exc.code == "side_effect_unknown":
                 raise SideEffectUnknown(
                     exc.detail, operation_id=str(exc.body.get("operation_id", ""))
                 ) from exc
-            if exc.code == "approval_required":
+            if exc.code == "approval_required" and "idempotency_key" not in body:
                 self._approval_for_irreversible(step_id, tool, target, request, exc)
             raise
         decision = begin["decision"]
@@ -461,15 +546,35 @@ class Context:
                 if answer
                 else Approval(approved=False, answered_by=exc.body.get("denied_by"))
             )
+            who = approval.answered_by or exc.body.get("denied_by")
+            if approval.responded:
+                raise ApprovalDenied(
+                    f"{tool} on {target} was sent back"
+                    + (f" by {who}" if who else "")
+                    + f": {approval.comment}",
+                    approval=approval,
+                )
             raise ApprovalDenied(
-                f"{tool} on {target} was denied by {exc.body.get('denied_by')}"
+                f"{tool} on {target} was denied"
+                + (f" by {who}" if who else "")
                 + (f": {approval.comment}" if approval.comment else "."),
                 approval=approval,
             )
         asked = self._answers.get(step_id)
         if asked is not None and covers(asked, tool=tool, target=target, change=request):
             raise exc  # Answered about this call, yet refused: fail the attempt and say so.
-        self._hold(
+        action: dict[str, Any] = {
+            "tool": tool,
+            "action": tool,
+            "target": target,
+            "change": request,
+            "reversibility": "irreversible",
+        }
+        # A tool with ``edit_schema`` (a JSON Schema of its request) lets the approver
+        # edit the call before approving it; secret header values are shown redacted.
+        edit_schema = getattr(self._tools.get(tool), "edit_schema", None)
+        hold = functools.partial(
+            self._hold,
             kind="auth_required",
             step_id=step_id,
             prompt=f"Approve {tool} on {target}? It cannot be undone.",
@@ -477,14 +582,29 @@ class Context:
             expires_in=None,
             context=None,
             reason=exc.detail,
-            action={
-                "tool": tool,
-                "action": tool,
-                "target": target,
-                "change": request,
-                "reversibility": "irreversible",
-            },
         )
+        if isinstance(edit_schema, dict):
+            try:
+                hold(
+                    action={
+                        **action,
+                        "editable": {"schema": edit_schema, "value": redact_request(request)},
+                    }
+                )
+            except Problem as refused:
+                pointers = [
+                    str(e.get("pointer", ""))
+                    for e in refused.body.get("errors") or []
+                    if isinstance(e, dict)
+                ]
+                if not (
+                    refused.code == "invalid_input"
+                    and pointers
+                    and all(p.startswith("/action/editable") for p in pointers)
+                ):
+                    raise
+                # The plan does not fit the tool's form: ask without the form.
+        hold(action=action)
 
     # Observations ---------------------------------------------------------------------
 

@@ -12,10 +12,16 @@ whose steps are the graph's nodes:
 - **``interrupt(payload)`` inside a node is a hold point**: the card shows the payload;
   the person's answer resumes the node with ``Command(resume=…)`` (LangGraph re-runs the
   node from its start, as it always does on resume). LangGraph's ``HumanInterrupt``
-  (``{action_request, config, description}``, Agent Inbox) becomes a decision of
-  approve / edit / respond / deny (as its ``config`` allows) that is handed back as
-  ``HumanResponse`` accept / edit / response / ignore. Any other payload is a question:
-  a string is the prompt; a dict may carry ``prompt`` (or ``question``) and a ``schema``.
+  (``{action_request, config, description}``, Agent Inbox) becomes an **approval** hold
+  point (``auth_required``): the approval card shows the action and its arguments
+  (editable in the card's form when ``allow_edit``), and the approver approves, approves
+  with edits, sends it back with a comment, or denies. The decision goes back as the
+  ``HumanResponse``: approve → ``accept``, approve with edits → ``edit`` (the edited
+  arguments), send back → ``response`` (the comment), deny → ``ignore``. A send-back the
+  ``config`` does not allow (``allow_respond`` false) is handed back as ``ignore``; an
+  approval when only edits are allowed is an ``edit`` with the arguments as planned.
+  Any other payload is a question: a string is the prompt; a dict may carry ``prompt``
+  (or ``question``) and a ``schema``.
 - **Side effects**: a node calls ``side_effect(tool, target, request)`` (this module) for
   a tool call that acts on the world: it goes through the ledger like ``ctx.side_effect``
   (exactly once across re-runs and crashes; irreversible tools ask for approval first).
@@ -117,46 +123,75 @@ def _human_interrupt(payload: Any) -> tuple[dict[str, Any], bool] | None:
     return None
 
 
+def args_schema(args: dict[str, Any]) -> dict[str, Any]:
+    """A JSON Schema for a tool call's arguments, one field per argument typed by its planned
+    value, so that the approval card's form can edit them (anything else: a JSON field)."""
+    properties: dict[str, Any] = {}
+    for name, value in args.items():
+        if isinstance(value, bool):
+            field: dict[str, Any] = {"type": "boolean"}
+        elif isinstance(value, int):
+            field = {"type": "integer"}
+        elif isinstance(value, float):
+            field = {"type": "number"}
+        elif isinstance(value, str):
+            field = {"type": "string"}
+            if len(value) > 80 or "\n" in value:
+                field["maxLength"] = 10_000  # A text area.
+        elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            field = {"type": "array", "items": {"type": "string"}}
+        else:
+            field = {}
+        properties[str(name)] = field
+    # Required means not empty (docs/agents.md): only arguments the plan fills in.
+    required = [
+        str(name)
+        for name, value in args.items()
+        if value is not None and value != [] and not (isinstance(value, str) and not value.strip())
+    ]
+    return {"type": "object", "properties": properties, "required": required}
+
+
+def _review(ctx: Context, request: dict[str, Any], key: str) -> dict[str, Any]:
+    """A ``HumanInterrupt`` as an approval hold point; its answer as a ``HumanResponse``."""
+    action = request["action_request"]
+    config = request["config"]
+    allowed = [t for t in DECISIONS if config.get(ALLOWS[t], t != "edit")] or ["accept", "ignore"]
+    name = str(action.get("action") or "action")[:100]
+    args = action.get("args")
+    args = args if isinstance(args, dict) else {}
+    prompt = str(request.get("description") or f"Approve {name}?")[:10_000]
+    approval = ctx.approve(
+        name,
+        "",
+        args,
+        # The agent's tool of that name, if any, says how far the call can be undone.
+        tool=name,
+        prompt=prompt,
+        context={"allowed": [DECISIONS[t] for t in allowed]},
+        key=key,
+        # The arguments are editable on the card when the interrupt allows edits.
+        editable=args_schema(args) if "edit" in allowed else None,
+        arguments=args,
+    )
+    if approval.approved:
+        if approval.edited is not None and "edit" in allowed:
+            return {"type": "edit", "args": {"action": name, "args": approval.edited}}
+        if "accept" in allowed or "edit" not in allowed:
+            return {"type": "accept", "args": None}
+        # Only edits are allowed: approving the plan as it is edits nothing.
+        return {"type": "edit", "args": {"action": name, "args": args}}
+    if approval.responded and "response" in allowed:
+        return {"type": "response", "args": approval.comment}
+    return {"type": "ignore", "args": None}
+
+
 def _ask(ctx: Context, payload: Any, key: str) -> Any:
     """Hold the run at a hold point for ``payload``; return the value to resume with."""
     human = _human_interrupt(payload)
     if human is not None:
         request, listed = human
-        action = request["action_request"]
-        config = request["config"]
-        allowed = [DECISIONS[t] for t in DECISIONS if config.get(ALLOWS[t], t != "edit")]
-        if not allowed:
-            allowed = ["approve", "deny"]
-        schema: dict[str, Any] = {
-            "type": "object",
-            "properties": {"decision": {"type": "string", "enum": allowed, "title": "Decision"}},
-            "required": ["decision"],
-        }
-        if "edit" in allowed:
-            schema["properties"]["args"] = {"type": "object", "title": "Edited arguments"}
-        if "respond" in allowed:
-            schema["properties"]["response"] = {"type": "string", "title": "Response"}
-        prompt = str(
-            request.get("description") or f"Approve {action.get('action', 'this action')}?"
-        )[:10_000]
-        answer = ctx.ask(
-            prompt,
-            schema,
-            context={"action_request": action, "allowed": allowed, "interrupt": payload},
-            key=key,
-        )
-        decision = answer.get("decision") if isinstance(answer, dict) else None
-        if decision == "approve":
-            response: dict[str, Any] = {"type": "accept", "args": None}
-        elif decision == "edit":
-            response = {
-                "type": "edit",
-                "args": {"action": action.get("action"), "args": answer.get("args") or {}},
-            }
-        elif decision == "respond":
-            response = {"type": "response", "args": str(answer.get("response") or "")}
-        else:
-            response = {"type": "ignore", "args": None}
+        response = _review(ctx, request, key)
         return [response] if listed else response
     if isinstance(payload, dict) and ("prompt" in payload or "question" in payload):
         prompt = str(payload.get("prompt") or payload.get("question"))

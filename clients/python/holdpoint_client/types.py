@@ -29,11 +29,24 @@ class Approval:
     comment: str = ""
     answered_by: str | None = None
     request_id: str = ""
+    # Nobody was asked: the planned change was empty.
     unchanged: bool = False
+    # approve | deny | respond. A response ("send back with a comment") is not an approval:
+    # ``approved`` is False and so ``denied`` is True; ``responded`` tells it apart.
+    decision: str = ""
+    # The arguments as the approvers edited them (``ctx.approve(..., editable=...)``), or
+    # None when they approved the plan as it was.
+    edited: Any = None
+    # Everyone whose approval counted, when the policy needed more than one.
+    approvers: tuple[str, ...] = ()
 
     @property
     def denied(self) -> bool:
         return not self.approved
+
+    @property
+    def responded(self) -> bool:
+        return self.decision == "respond"
 
 
 @dataclass(frozen=True)

@@ -70,13 +70,46 @@ function covers(answer: any, tool: string, target: string, change: unknown): boo
 }
 
 function approvalOf(answer: any): Approval {
-  const value = answer?.answer ?? {};
+  const value = answer?.answer && typeof answer.answer === "object" ? answer.answer : {};
   return makeApproval({
-    approved: value?.decision === "approve",
-    comment: String(value?.comment ?? ""),
+    approved: value.decision === "approve",
+    comment: String(value.comment ?? ""),
     answeredBy: answer?.answered_by ?? null,
     requestId: String(answer?.request_id ?? ""),
+    decision: String(value.decision ?? ""),
+    edited: value.edited ?? null,
+    approvers: Array.isArray(value.approvers) ? value.approvers.map(String) : [],
   });
+}
+
+// Secret header values are never stored by the server: an approver's edit shows them
+// "[redacted]"; they are put back from the plan this process holds.
+const REDACTED = "[redacted]";
+
+const SECRET_HEADERS = new Set(["authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key"]);
+const SECRET_WORDS = ["token", "secret", "key", "password", "passwd", "auth", "session", "signature"];
+
+/** `request` with secret header values replaced by "[redacted]" (the server's rule). */
+function redactRequest(request: any): any {
+  const headers = request?.headers;
+  if (!headers || typeof headers !== "object") return request;
+  const shown: Record<string, unknown> = {};
+  for (const [name, value] of Object.entries(headers)) {
+    const lowered = name.toLowerCase();
+    shown[name] = SECRET_HEADERS.has(lowered) || SECRET_WORDS.some((w) => lowered.includes(w)) ? REDACTED : value;
+  }
+  return { ...request, headers: shown };
+}
+
+function withSecrets(edited: any, planned: any): any {
+  const headers = edited?.headers;
+  const original = planned?.headers;
+  if (!headers || typeof headers !== "object" || !original || typeof original !== "object") return edited;
+  const restored: Record<string, unknown> = {};
+  for (const [name, value] of Object.entries(headers)) {
+    restored[name] = value === REDACTED && name in original ? original[name] : value;
+  }
+  return { ...edited, headers: restored };
 }
 
 export interface AskOptions {
@@ -90,6 +123,10 @@ export interface ApproveOptions extends AskOptions {
   tool?: string;
   reversibility?: string;
   prompt?: string;
+  /** A JSON Schema (compact form allowed) of the arguments an approver may edit. */
+  editable?: unknown;
+  /** The planned arguments shown in the edit form (default: `detail`). */
+  arguments?: unknown;
 }
 
 export class Context {
@@ -187,12 +224,15 @@ export class Context {
       return makeApproval({ approved: true, unchanged: true });
     }
     const reversibility = opts.reversibility ?? (opts.tool ? this.tools.get(opts.tool)?.reversibility : undefined) ?? "";
+    const editable =
+      opts.editable === undefined ? {} : { editable: { schema: toJson(opts.editable), value: toJson(opts.arguments === undefined ? change : opts.arguments) } };
     return this.hold("auth_required", stepId, opts.prompt ?? `Approve ${action} on ${target}?`, null, opts, {
       tool,
       action,
       target,
       change,
       reversibility,
+      ...editable,
     });
   }
 
@@ -232,18 +272,26 @@ export class Context {
     const stepId = this.key(tool, opts.key);
     let reversibility = opts.reversibility;
     if (reversibility === undefined && opts.compensate && theTool.reversibility === "irreversible") reversibility = "compensable";
-    const payload = toJson(request);
-    const body: Record<string, unknown> = { step_id: stepId, tool, target, request: payload };
+    let payload = toJson(request);
+    let body: Record<string, unknown> = { step_id: stepId, tool, target, request: payload };
     if (reversibility !== undefined) body.reversibility = reversibility;
     if (opts.compensate) body.compensating_action = toJson(opts.compensate);
     let begin: any;
     try {
-      begin = await this.control.write("side-effects", body, false);
+      try {
+        begin = await this.control.write("side-effects", body, false);
+      } catch (error) {
+        if (!(error instanceof Problem && error.code === "approval_required" && error.body.edited && error.body.edited_idempotency_key)) throw error;
+        // Approved with edits: the edited request runs, under its own key (the server says which).
+        payload = withSecrets(error.body.edited, payload);
+        body = { ...body, request: payload, idempotency_key: String(error.body.edited_idempotency_key) };
+        begin = await this.control.write("side-effects", body, false);
+      }
     } catch (error) {
       if (error instanceof Problem && error.code === "side_effect_unknown") {
         throw new SideEffectUnknown(error.detail, String(error.body.operation_id ?? ""));
       }
-      if (error instanceof Problem && error.code === "approval_required") {
+      if (error instanceof Problem && error.code === "approval_required" && !("idempotency_key" in body)) {
         return this.approvalForIrreversible(stepId, tool, target, payload, error);
       }
       throw error;
@@ -303,17 +351,29 @@ export class Context {
     if (error.body.request_id) {
       const answer = this.answers.get(stepId);
       const denied = answer ? approvalOf(answer) : makeApproval({ approved: false, answeredBy: error.body.denied_by ?? null });
-      throw new ApprovalDenied(`${tool} on ${target} was denied by ${error.body.denied_by}.`, denied);
+      const who = denied.answeredBy ?? error.body.denied_by;
+      if (denied.responded) throw new ApprovalDenied(`${tool} on ${target} was sent back${who ? ` by ${who}` : ""}: ${denied.comment}`, denied);
+      throw new ApprovalDenied(`${tool} on ${target} was denied${who ? ` by ${who}` : ""}${denied.comment ? `: ${denied.comment}` : "."}`, denied);
     }
     const asked = this.answers.get(stepId);
     if (asked && covers(asked, tool, target, request)) throw error;
-    return this.hold("auth_required", stepId, `Approve ${tool} on ${target}? It cannot be undone.`, null, { reason: error.detail }, {
-      tool,
-      action: tool,
-      target,
-      change: request,
-      reversibility: "irreversible",
-    });
+    const action: Record<string, unknown> = { tool, action: tool, target, change: request, reversibility: "irreversible" };
+    const prompt = `Approve ${tool} on ${target}? It cannot be undone.`;
+    const editSchema = this.tools.get(tool)?.editSchema;
+    if (editSchema) {
+      // The tool's form: the approver may edit the call before approving it.
+      try {
+        return await this.hold("auth_required", stepId, prompt, null, { reason: error.detail }, {
+          ...action,
+          editable: { schema: editSchema, value: redactRequest(request) },
+        });
+      } catch (refused) {
+        const pointers = refused instanceof Problem && Array.isArray(refused.body.errors) ? refused.body.errors.map((e: any) => String(e?.pointer ?? "")) : [];
+        const planDoesNotFit = refused instanceof Problem && refused.code === "invalid_input" && pointers.length > 0 && pointers.every((p: string) => p.startsWith("/action/editable"));
+        if (!planDoesNotFit) throw refused; // Also HoldPointReached: the question was asked.
+      }
+    }
+    return this.hold("auth_required", stepId, prompt, null, { reason: error.detail }, action);
   }
 
   /** Read something volatile; remembered with any question, so `changed(name)` can tell later. */

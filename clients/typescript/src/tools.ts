@@ -39,6 +39,8 @@ export interface Tool {
   execute(request: any, idempotencyKey: string): Promise<ToolResult>;
   lookup(idempotencyKey: string): Promise<LookupOutcome | null>;
   compensate?(effect: unknown): Promise<ToolResult>;
+  /** A JSON Schema of the request: an approver of an irreversible call may edit it first. */
+  editSchema?: Record<string, unknown>;
 }
 
 const AMBIGUOUS = new Set([408, 409, 425, 500, 502, 504]);

@@ -15,6 +15,14 @@ export interface Approval {
   answeredBy: string | null;
   requestId: string;
   unchanged: boolean;
+  /** approve | deny | respond. A response ("send back with a comment") is not an approval. */
+  decision: string;
+  /** True when the approver sent the request back with a comment (`comment`). */
+  responded: boolean;
+  /** The arguments as the approvers edited them (`approve(..., { editable })`), or null. */
+  edited: unknown;
+  /** Everyone whose approval counted, when the policy needed more than one. */
+  approvers: string[];
 }
 
 export function approval(fields: Partial<Approval> & { approved: boolean }): Approval {
@@ -23,8 +31,12 @@ export function approval(fields: Partial<Approval> & { approved: boolean }): App
     answeredBy: null,
     requestId: "",
     unchanged: false,
+    decision: "",
+    edited: null,
+    approvers: [],
     ...fields,
     denied: !fields.approved,
+    responded: fields.decision === "respond",
   };
 }
 

@@ -59,4 +59,35 @@ looper.step("spin", async (ctx, state) => {
   return ctx.next("spin", { n: n + 1 });
 });
 
-export const AGENTS = [deploy, looper];
+// An irreversible tool whose calls an approver may edit first.
+export const sendOnceTool = { ...folderTool, name: "folder-once", reversibility: "irreversible", editSchema: { to: "string", body: "string" } };
+
+export const tuner = new Agent({
+  name: "ts-tune",
+  inputSchema: { service: "string" },
+  description: "Approves an editable change (or is sent back), then sends one irreversible note",
+  tools: [sendOnceTool],
+  retry: { max_attempts: 3, backoff_initial: 0.1, backoff_max: 0.5 },
+});
+
+tuner.step(
+  "tune",
+  async (ctx) => {
+    const plan = { timeout: 30, retries: 2 };
+    const approval = await ctx.approve("tune", ctx.input.service, { timeout: { from: 10, to: 30 } }, {
+      editable: { timeout: "integer", retries: "integer" },
+      arguments: plan,
+    });
+    if (approval.responded) return ctx.done({ responded: approval.comment, approved: approval.approved });
+    if (approval.denied) return ctx.done({ denied: true });
+    return ctx.next("notify", { settings: approval.edited ?? plan, edited: approval.edited !== null });
+  },
+  { start: true },
+);
+
+tuner.step("notify", async (ctx, state) => {
+  const done = await ctx.sideEffect("folder-once", ctx.input.service, { to: "ops", body: `timeout=${state.settings.timeout}` });
+  return ctx.done({ ...state, sent: true, reference: done.externalReference });
+});
+
+export const AGENTS = [deploy, looper, tuner];

@@ -15,13 +15,15 @@ import { AGENTS } from "./agents.mjs";
 const URL_ = process.env.HOLDPOINT_URL;
 const TOKEN = process.env.HOLDPOINT_TOKEN;
 const PERSON = process.env.HOLDPOINT_USER_TOKEN;
+// A second person: an irreversible call needs someone other than who started the run.
+const APPROVER = process.env.HOLDPOINT_APPROVER_TOKEN;
 const TOOLS = process.env.HOLDPOINT_TEST_TOOL_DIR;
 const LEASE = 3;
 
-async function api(method, path, body) {
+async function api(method, path, body, person = PERSON) {
   const response = await fetch(URL_ + path, {
     method,
-    headers: { Authorization: `Token ${PERSON}`, "Content-Type": "application/json", "Idempotency-Key": randomUUID() },
+    headers: { Authorization: `Token ${person}`, "Content-Type": "application/json", "Idempotency-Key": randomUUID() },
     body: body === undefined ? undefined : JSON.stringify(body),
   });
   const text = await response.text();
@@ -51,8 +53,8 @@ const waitPending = (id, kind) =>
     const r = await run(id);
     return r.pending_request?.kind === kind ? r.pending_request : null;
   });
-const answer = (id, request, value) =>
-  api("POST", `/api/runs/${id}/resume`, { request_id: request.request_id, checkpoint_id: request.checkpoint_id, value });
+const answer = (id, request, value, person = PERSON) =>
+  api("POST", `/api/runs/${id}/resume`, { request_id: request.request_id, checkpoint_id: request.checkpoint_id, value }, person);
 const executions = () => {
   const log = join(TOOLS, "executions.log");
   return existsSync(log) ? readFileSync(log, "utf8").split("\n").filter(Boolean) : [];
@@ -99,6 +101,40 @@ test("a TypeScript agent asks, is approved, acts once and ends with its report",
   const report = await api("GET", `/api/runs/${started.run_id}/report`);
   assert.ok(JSON.stringify(report).includes("folder"), "the report names the side effect");
   await waitFor("the worker to say so", () => worker.outcomes.some(([, o]) => o === "succeeded"));
+  await worker.stop(1);
+});
+
+test("an approver edits the plan; the irreversible call runs as edited, under its own key", async () => {
+  const worker = await inProcessWorker();
+  const before = executions().length;
+  const started = await api("POST", "/api/runs", { agent: "ts-tune", input: { service: "gateway" } });
+  const card = await waitPending(started.run_id, "auth_required");
+  assert.deepEqual(card.action.editable.value, { timeout: 30, retries: 2 });
+  await answer(started.run_id, card, { decision: "approve", edited: { timeout: 45, retries: 2 } });
+  const send = await waitFor("the irreversible call's card", async () => {
+    const r = await waitPending(started.run_id, "auth_required");
+    return r.request_id !== card.request_id ? r : null;
+  });
+  assert.deepEqual(send.action.editable.value, { to: "ops", body: "timeout=45" });
+  const edited = { to: "ops", body: "timeout=45, at night" };
+  await answer(started.run_id, send, { decision: "approve", edited }, APPROVER);
+  const done = await waitStatus(started.run_id, "succeeded");
+  assert.deepEqual(done.result.settings, { timeout: 45, retries: 2 });
+  assert.equal(done.result.edited, true);
+  const lines = executions().slice(before);
+  assert.equal(lines.length, 1);
+  const key = lines[0].split(" ")[0];
+  assert.match(key, /\.e[0-9a-f]+$/, "the edited call's own key");
+  assert.deepEqual(JSON.parse(readFileSync(join(TOOLS, `${key}.json`), "utf8")), edited);
+  await worker.stop(1);
+});
+
+test("send back with a comment reaches the step as responded", async () => {
+  const worker = await inProcessWorker();
+  const started = await api("POST", "/api/runs", { agent: "ts-tune", input: { service: "gateway" } });
+  await answer(started.run_id, await waitPending(started.run_id, "auth_required"), { decision: "respond", comment: "raise retries" });
+  const done = await waitStatus(started.run_id, "succeeded");
+  assert.deepEqual(done.result, { responded: "raise retries", approved: false });
   await worker.stop(1);
 });
 

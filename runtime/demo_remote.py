@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,11 +43,15 @@ class RemoteDemo:
         for proc in self.processes.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
+        # One deadline for them all: they stop side by side, not one after another (a
+        # worker whose server is already gone retries its release until it gives up).
+        deadline = time.monotonic() + timeout
         for proc in self.processes.values():
             try:
-                proc.wait(timeout)
+                proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
+                proc.wait(5)
 
 
 def start_remote_demo(url: str, receiver_url: str) -> RemoteDemo:

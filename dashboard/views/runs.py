@@ -241,8 +241,12 @@ def run_retry_blockers(run: Run) -> list[str]:
 
 def run_controls_state(run: Run, blockers: list[str]) -> str:
     """Names what the run's controls and pending card offer, whoever looks (a live page
-    renders them again for its user only when this changed)."""
-    return _version(run.status, run.pending_request_id, run.latest_checkpoint_id, blockers)
+    renders them again for its user only when this changed). The latest checkpoint
+    counts only where the retry form lists checkpoints: a running run that checkpoints
+    every second must not close a Cancel or Pause form someone is typing in."""
+    retryable = run.status in (RunStatus.FAILED, RunStatus.CANCELLED)
+    checkpoint = run.latest_checkpoint_id if retryable else None
+    return _version(run.status, run.pending_request_id, checkpoint, blockers)
 
 
 def run_context(

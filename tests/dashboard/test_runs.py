@@ -308,3 +308,29 @@ def test_it_shows_how_much_of_the_retry_budget_is_spent_and_that_a_retry_starts_
     assert "Automatic retries: 0 of 4 attempts failed in a row." in text(
         client.get(f"/runs/{run.id}/")
     )
+
+
+def test_a_running_runs_checkpoints_leave_its_cancel_and_pause_forms_alone(
+    client: Client, operator: User
+) -> None:
+    """The live page keeps a part whose data-version did not change (with what a person
+    typed in it): the controls of a running run keep theirs across its checkpoints, and
+    change when the run fails (the retry form lists the checkpoints)."""
+    run = start()
+    lease = claim()
+    client.force_login(operator)
+
+    def controls_version() -> str:
+        page = client.get(f"/runs/{run.id}/").content.decode()
+        found = re.search(
+            rf'id="run-{run.id}-controls" class="controls" data-version="(\w+)"', page
+        )
+        assert found, "no controls on the page"
+        return found[1]
+
+    services.checkpoint_save(**epochs(lease), step="one", state={})
+    before = controls_version()
+    services.checkpoint_save(**epochs(lease), step="two", state={})
+    assert controls_version() == before
+    services.attempt_fail(**epochs(lease), error={"type": "ValueError", "message": "bad"})
+    assert controls_version() != before

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from django.db import connection, connections
 
@@ -156,32 +157,57 @@ class WorkWaiter:
             self.signal(run_id)
 
     def _listen(self) -> None:
-        import psycopg
+        def dispatch(channel: str, payload: str) -> None:
+            if channel == WORK_CHANNEL:
+                self.wake()
+            else:
+                self.signal(payload)
 
-        params = connections["default"].get_connection_params()
-        params.pop("cursor_factory", None)
-        params.pop("context", None)
-        delay = 0.5
-        while not self._stop.is_set():
-            try:
-                with psycopg.connect(**params, autocommit=True) as conn:
-                    for channel in (WORK_CHANNEL, CANCEL_CHANNEL, PAUSE_CHANNEL):
-                        conn.execute(f"LISTEN {channel}")
-                    self.listening.set()
-                    delay = 0.5
-                    self.wake()  # Work queued while nobody listened: claim again now.
-                    while not self._stop.is_set():
-                        for note in conn.notifies(timeout=0.5):
-                            if note.channel == WORK_CHANNEL:
-                                self.wake()
-                            else:
-                                self.signal(note.payload)
-            except psycopg.Error as exc:
-                self.listening.clear()
-                logger.warning("claim listener: %s; reconnecting in %.1fs", exc, delay)
-                self._stop.wait(delay)
-                delay = min(delay * 2, 10.0)
-        self.listening.clear()
+        listen_for_changes(
+            dispatch,
+            stop=self._stop,
+            listening=self.listening,
+            on_connect=self.wake,  # Work queued while nobody listened: claim again now.
+            who="claim listener",
+        )
 
 
 waiter = WorkWaiter()
+
+
+def listen_for_changes(
+    dispatch: Callable[[str, str], None],
+    *,
+    stop: threading.Event,
+    listening: threading.Event,
+    on_connect: Callable[[], None],
+    who: str,
+) -> None:
+    """LISTEN on the work, cancel and pause channels (``runs/events.py``) until ``stop``,
+    calling ``dispatch(channel, payload)`` for each notice; ``listening`` is set while
+    connected, and ``on_connect`` runs after each (re)connection, since what was notified
+    meanwhile was missed. A lost connection is retried with backoff (0.5 s to 10 s).
+    The one listener loop of the in-process workers and the long-polling claim."""
+    import psycopg
+
+    params = connections["default"].get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    delay = 0.5
+    while not stop.is_set():
+        try:
+            with psycopg.connect(**params, autocommit=True) as conn:
+                for channel in (WORK_CHANNEL, CANCEL_CHANNEL, PAUSE_CHANNEL):
+                    conn.execute(f"LISTEN {channel}")
+                listening.set()
+                delay = 0.5
+                on_connect()
+                while not stop.is_set():
+                    for note in conn.notifies(timeout=0.5):
+                        dispatch(note.channel, note.payload)
+        except psycopg.Error as exc:
+            listening.clear()
+            logger.warning("%s: %s; reconnecting in %.1fs", who, exc, delay)
+            stop.wait(delay)
+            delay = min(delay * 2, 10.0)
+    listening.clear()

@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Iterable
 
-from django.db import DatabaseError, connection, connections
+from django.db import DatabaseError, connection
 
 from runs import services
 from runs.events import (
@@ -39,6 +39,7 @@ from runs.events import (
     on_run_changed,
     remove_run_changed,
 )
+from runs.wakeups import listen_for_changes
 from runtime import registry
 from runtime.control import AttemptControl
 from runtime.executor import execute
@@ -317,31 +318,14 @@ class WorkerPool:
             connection.close()
 
     def _listen_loop(self) -> None:
-        import psycopg
-
-        params = connections["default"].get_connection_params()
-        params.pop("cursor_factory", None)
-        params.pop("context", None)
-        delay = 0.5
-        while not self.shutdown.is_set():
-            try:
-                with psycopg.connect(**params, autocommit=True) as conn:
-                    conn.execute(f"LISTEN {WORK_CHANNEL}")
-                    conn.execute(f"LISTEN {CANCEL_CHANNEL}")
-                    conn.execute(f"LISTEN {PAUSE_CHANNEL}")
-                    self.listening.set()
-                    delay = 0.5
-                    # Work queued while nobody listened is found by a claim right away.
-                    self.waker.wake()
-                    while not self.shutdown.is_set():
-                        for note in conn.notifies(timeout=0.5):
-                            self._dispatch(note.channel, note.payload)
-            except psycopg.Error as exc:
-                self.listening.clear()
-                logger.warning("listener: %s; reconnecting in %.1fs", exc, delay)
-                self.shutdown.wait(delay)
-                delay = min(delay * 2, 10.0)
-        self.listening.clear()
+        listen_for_changes(
+            self._dispatch,
+            stop=self.shutdown,
+            listening=self.listening,
+            # Work queued while nobody listened is found by a claim right away.
+            on_connect=self.waker.wake,
+            who="listener",
+        )
 
     def _dispatch(self, channel: str, payload: str) -> None:
         if channel == WORK_CHANNEL:

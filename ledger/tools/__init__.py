@@ -147,7 +147,7 @@ def get_tool(name: str) -> Tool:
 
 
 def tool_of_agent(agent: str, name: str) -> Tool:
-    """The tool that performed (or would undo, or can be asked about) an effect of a run of
+    """The tool that performed (and alone can be asked about) an effect of a run of
     ``agent``: a tool the agent declared as running in its own process is a ``RemoteTool``
     even where this process registers another tool under the same name; asking that other
     tool about the agent's key would hear "no record" of an act that did happen."""

@@ -11,6 +11,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ledger.models import SideEffect, SideEffectStatus
+from ledger.tools import Tool, tool_of_agent
 from runs.clock import db_now
 from runs.errors import HoldpointError
 from runs.events import append_event
@@ -93,6 +94,13 @@ def pending_is_stale(effect: SideEffect) -> bool:
     if effect.status != SideEffectStatus.PENDING:
         return False
     return SideEffect.objects.filter(stale_pending_q(), pk=effect.pk).exists()
+
+
+def effect_tool(effect: SideEffect) -> Tool:
+    """The tool that performed ``effect``: for a remote agent's run, the agent's own
+    (``ledger.tools.tool_of_agent``), not a same-named tool of this process."""
+    agent = Run.objects.filter(pk=effect.run_id).values_list("agent", flat=True).first() or ""
+    return tool_of_agent(agent, effect.tool)
 
 
 def lock_effect(operation_id: str) -> tuple[Run, SideEffect]:

@@ -16,10 +16,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ledger.models import SideEffect, SideEffectStatus
-from ledger.services._common import settle_delta, stale_pending_q
+from ledger.services._common import effect_tool, settle_delta, stale_pending_q
 from ledger.services.outcomes import side_effect_record_outcome
-from ledger.tools import OutcomeUnknown, can_look_up, get_tool, registered_tools
+from ledger.tools import OutcomeUnknown, can_look_up, registered_tools
 from runs.errors import HoldpointError
+from runs.services import agents_declaring_tool
 
 logger = logging.getLogger(__name__)
 
@@ -32,16 +33,25 @@ def side_effects_look_up_stale(*, limit: int = 100) -> int:
     now = timezone.now()
     settled_before = now - settle_delta()
     askable = [tool.name for tool in registered_tools() if can_look_up(tool)]
+    unsettled = SideEffect.objects.filter(
+        stale_pending_q(now=now)
+        | Q(status=S.UNKNOWN, outcome_at__lte=settled_before)
+        | Q(status=S.UNKNOWN, outcome_at__isnull=True),
+        tool__in=askable,
+    )
+    # A remote agent's tool of the same name as one registered here is not this tool: its
+    # effects were performed in the agent's process, and only that process can look them
+    # up (its next attempt does). Asking the tool here would hear "no record" of an act
+    # that happened, record it failed, and let the next attempt act again.
+    for name in askable:
+        agents = agents_declaring_tool(name)
+        if agents:
+            unsettled = unsettled.exclude(tool=name, run__agent__in=agents)
     # side_effect_unsettled_idx serves this: status IN ('pending','unknown') ORDER BY created_at.
     candidates = list(
-        SideEffect.objects.filter(
-            stale_pending_q(now=now)
-            | Q(status=S.UNKNOWN, outcome_at__lte=settled_before)
-            | Q(status=S.UNKNOWN, outcome_at__isnull=True),
-            tool__in=askable,
-        )
-        .filter(Q(looked_up_at__isnull=True) | Q(looked_up_at__lte=settled_before))
-        .order_by("created_at")[:limit]
+        unsettled.filter(
+            Q(looked_up_at__isnull=True) | Q(looked_up_at__lte=settled_before)
+        ).order_by("created_at")[:limit]
     )
     settled = 0
     for effect in candidates:
@@ -66,7 +76,9 @@ def _look_up_one(effect: SideEffect) -> bool:
     has passed since a timeout), so it did not happen, and a retry may act again with
     the same key.
     """
-    tool = get_tool(effect.tool)
+    tool = effect_tool(effect)
+    if not can_look_up(tool):
+        return False  # Declared by a remote agent meanwhile: its next attempt looks up.
     try:
         outcome = tool.lookup(effect.idempotency_key)
     except OutcomeUnknown as exc:

@@ -146,6 +146,19 @@ def get_tool(name: str) -> Tool:
     return tool
 
 
+def tool_of_agent(agent: str, name: str) -> Tool:
+    """The tool that performed (and alone can be asked about) an effect of a run of
+    ``agent``: a tool the agent declared as running in its own process is a ``RemoteTool``
+    even where this process registers another tool under the same name; asking that other
+    tool about the agent's key would hear "no record" of an act that did happen."""
+    from runs.services import agents_declaring_tool, declared_tool
+
+    if agent in agents_declaring_tool(name):
+        declared = declared_tool(name) or {}
+        return RemoteTool(name, declared.get("reversibility") or "irreversible")
+    return get_tool(name)
+
+
 def registered_tools() -> list[Tool]:
     return [_registry[name] for name in sorted(_registry)]
 
@@ -195,5 +208,6 @@ __all__ = [
     "register_tool",
     "registered_tools",
     "request_errors",
+    "tool_of_agent",
     "unregister_tool",
 ]

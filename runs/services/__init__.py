@@ -10,7 +10,7 @@ from runs.services._base import (
     lock_run,
     user_or_none,
 )
-from runs.services.agents import Declared, agent_declare, declared_tool
+from runs.services.agents import Declared, agent_declare, agents_declaring_tool, declared_tool
 from runs.services.control import (
     register_retry_guard,
     retry_blockers,
@@ -52,6 +52,7 @@ __all__ = [
     "agent_declare",
     "agent_pause",
     "agent_unpause",
+    "agents_declaring_tool",
     "attempt_claim",
     "attempt_complete",
     "attempt_fail",

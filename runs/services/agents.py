@@ -213,3 +213,21 @@ def declared_tool(name: str) -> dict[str, str] | None:
             if isinstance(tool, dict) and tool.get("name") == name:
                 return tool
     return None
+
+
+def agents_declaring_tool(name: str) -> list[str]:
+    """The declared agents whose own processes run the tool ``name`` (their workers act
+    and look up; the server never does), whatever this process registers under that
+    name. An agent of this process's Python registry is not one of them: it wins over a
+    declaration of the same name, as in ``runs.agents.agent_spec``."""
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        return []
+    python = {spec.name for spec in python_agent_specs()}
+    # Few rows, and JSON containment is PostgreSQL's only: filter here (SQLite too).
+    declared = DeclaredAgent.objects.values_list("name", "tool_declarations")
+    return sorted(
+        agent
+        for agent, tools in declared
+        if agent not in python
+        and any(isinstance(t, dict) and t.get("name") == name for t in tools or [])
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from django.utils import timezone
 
 from ledger import services as ledger
 from ledger.models import SideEffect
-from ledger.tools import get_tool
+from ledger.tools import ToolResult, get_tool, register_tool, unregister_tool
 from runs import services
 from tests.ledger.conftest import Receiver
 from tests.ledger.helpers import begin, fail_unknown, hook, lose_lease, perform
@@ -136,3 +137,75 @@ def test_it_never_asks_a_tool_that_cannot_tell(mailbox: list[Any]) -> None:
         assert ledger.side_effects_look_up_stale() == 0
     effect = SideEffect.objects.get(pk=answer.operation_id)
     assert effect.status == "pending" and effect.looked_up_at is None
+
+
+class Elsewhere:
+    """An in-process tool that knows nothing of another system's keys: asked about any key,
+    it has no record."""
+
+    reversibility = "reversible"
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.asked: list[str] = []
+
+    def execute(self, request: Any, idempotency_key: str) -> ToolResult:
+        raise AssertionError("the server never acts for a remote agent")
+
+    def lookup(self, idempotency_key: str) -> None:
+        self.asked.append(idempotency_key)
+        return None
+
+
+@pytest.fixture
+def same_name() -> Iterator[Elsewhere]:
+    """A tool registered here under the name a remote agent declares for its own tool."""
+    tool = Elsewhere("shared-name")
+    register_tool(tool)  # type: ignore[arg-type]
+    yield tool
+    unregister_tool(tool.name)
+
+
+def test_a_remote_agents_effect_is_never_asked_of_a_same_named_tool_of_the_server(
+    same_name: Elsewhere,
+) -> None:
+    # The remote agent's worker began the effect, acted in its own process and was killed
+    # before it said so. Only its own tool knows the key; the reconciler must not record
+    # the "no record" of the server's same-named tool as "failed", or the next attempt
+    # would act again (tests/clients: a worker killed between act and outcome).
+    services.agent_declare(
+        name="remote-shared",
+        actor="test",
+        tools=[{"name": "shared-name", "reversibility": "reversible"}],
+        retry_policy={"max_attempts": 3, "backoff_initial": 0, "backoff_max": 0},
+    )
+    run = services.run_start(agent="remote-shared", input={})
+    lease = services.attempt_claim(worker_id="remote-1", agents=["remote-shared"])
+    assert lease is not None
+    first = begin(lease, step="apply", tool="shared-name", target="folder", request={"v": 1})
+    assert first.decision == "act"
+    lose_lease(lease)
+    assert services.sweep_all().other["side_effects"] == 0
+    with later():  # nor once it has been pending past the settle time
+        assert ledger.side_effects_look_up_stale() == 0
+    assert same_name.asked == []
+    assert SideEffect.objects.get(pk=first.operation_id).status == "pending"
+    # The next attempt of the agent is told to look it up with its own tool: never "act".
+    second = services.attempt_claim(worker_id="remote-2", agents=["remote-shared"])
+    assert second is not None
+    again = begin(second, step="apply", tool="shared-name", target="folder", request={"v": 1})
+    assert (again.decision, again.idempotency_key) == ("look_up", first.idempotency_key)
+    assert SideEffect.objects.get(pk=first.operation_id).run_id == run.id
+
+
+def test_an_in_process_agents_effect_of_that_tool_is_still_looked_up(
+    same_name: Elsewhere,
+) -> None:
+    services.agent_declare(name="remote-shared", actor="test", tools=["shared-name"])
+    start()
+    lease = claim()
+    answer = begin(lease, step="apply", tool="shared-name", target="folder", request={"v": 1})
+    lose_lease(lease)
+    assert ledger.side_effects_look_up_stale() == 1
+    assert same_name.asked == [answer.idempotency_key]
+    assert SideEffect.objects.get(pk=answer.operation_id).status == "failed"

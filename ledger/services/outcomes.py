@@ -26,6 +26,7 @@ from ledger.models import SideEffect, SideEffectStatus
 from ledger.services._common import (
     attempt_is_live,
     check_text,
+    effect_tool,
     emit,
     error_dict,
     lock_effect,
@@ -247,7 +248,7 @@ def side_effect_look_up(
         raise HoldpointError("not_found", f"There is no side effect {operation_id!r}.")
     if effect.status != S.PENDING:
         return LookUp("already_recorded", effect)
-    tool = get_tool(effect.tool)
+    tool = effect_tool(effect)
     record = functools.partial(
         side_effect_record_outcome,
         operation_id=operation_id,

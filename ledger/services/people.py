@@ -12,12 +12,13 @@ from ledger.models import Resolution, Reversibility, SideEffect, SideEffectStatu
 from ledger.services._common import (
     check_text,
     compensation_key_for,
+    effect_tool,
     emit,
     lock_effect,
     pending_is_stale,
     settle_delta,
 )
-from ledger.tools import ActionFailed, OutcomeUnknown, ToolResult, can_compensate, get_tool
+from ledger.tools import ActionFailed, OutcomeUnknown, ToolResult, can_compensate
 from runs.errors import HoldpointError
 from runs.services import UserLike, actor_for, user_or_none
 
@@ -96,7 +97,7 @@ def compensation_preview(effect: SideEffect) -> dict[str, Any] | None:
     """What undoing ``effect`` would change, read from the tool now, or None when the tool
     cannot say (it has no ``compensation_preview``). See ``ConfigStoreTool``."""
     try:
-        tool = get_tool(effect.tool)
+        tool = effect_tool(effect)
     except HoldpointError:
         return None
     preview = getattr(tool, "compensation_preview", None)
@@ -146,7 +147,7 @@ def _compensation_start(
             operation_id=effect.operation_id,
             side_effect_status=effect.status,
         )
-    tool = get_tool(effect.tool)
+    tool = effect_tool(effect)
     if not can_compensate(tool):
         raise HoldpointError(
             "invalid_state",
@@ -246,7 +247,7 @@ def side_effect_compensate(
     effect = _compensation_start(
         operation_id=operation_id, user=user, actor=actor, reason=reason, force=force
     )
-    tool = get_tool(effect.tool)
+    tool = effect_tool(effect)
     try:
         done = tool.compensate(effect)  # type: ignore[attr-defined]
     except (ActionFailed, OutcomeUnknown) as exc:

@@ -209,3 +209,32 @@ def test_an_in_process_agents_effect_of_that_tool_is_still_looked_up(
     assert ledger.side_effects_look_up_stale() == 1
     assert same_name.asked == [answer.idempotency_key]
     assert SideEffect.objects.get(pk=answer.operation_id).status == "failed"
+
+
+def test_a_remote_agents_effect_is_never_undone_by_a_same_named_tool_of_the_server(
+    same_name: Elsewhere,
+) -> None:
+    """Compensating a remote agent's confirmed effect must not run this process's tool of
+    the same name (it would undo something else): the remote tool has no compensating
+    action here, so the person is told and nothing runs."""
+    from runs.errors import HoldpointError
+
+    compensated: list[Any] = []
+    same_name.compensate = compensated.append  # type: ignore[attr-defined]
+    services.agent_declare(
+        name="remote-shared",
+        actor="test",
+        tools=[{"name": "shared-name", "reversibility": "reversible"}],
+    )
+    services.run_start(agent="remote-shared", input={})
+    lease = services.attempt_claim(worker_id="remote-1", agents=["remote-shared"])
+    assert lease is not None
+    effect = begin(lease, step="apply", tool="shared-name", target="folder", request={"v": 1})
+    ledger.side_effect_record_outcome(
+        operation_id=effect.operation_id, status="confirmed", external_reference="r1"
+    )
+    with pytest.raises(HoldpointError) as refused:
+        ledger.side_effect_compensate(operation_id=effect.operation_id, reason="undo it")
+    assert refused.value.code == "invalid_state"
+    assert compensated == []
+    assert SideEffect.objects.get(pk=effect.operation_id).status == "confirmed"

@@ -133,6 +133,24 @@ def executions(tool_dir: Path) -> list[str]:
 LEASE = 3.0
 
 
+def wait_until_the_server_is_idle(timeout: float = 15.0) -> None:
+    """Before the test's database is flushed: no other session of the live server is in
+    a transaction any more (a request of a worker stopped a moment ago may still be
+    running; TRUNCATE beside it can deadlock and fail the flush)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND backend_type = 'client backend' "
+                "AND state <> 'idle'"
+            )
+            (busy,) = cursor.fetchone()
+        if not busy:
+            return
+        time.sleep(0.1)
+
+
 @pytest.fixture
 def token() -> str:
     return worker_token_create(name="py-client")[1]
@@ -153,6 +171,7 @@ def worker(live_api: LiveServer, token: str, tool_dir: Path) -> Iterator[Callabl
     yield start
     for w in started:
         w.stop(grace=2)
+    wait_until_the_server_is_idle()
 
 
 @pytest.fixture
@@ -197,7 +216,9 @@ def spawn(live_api: LiveServer, token: str, tool_dir: Path, tmp_path: Path):
         if proc.poll() is None:
             proc.send_signal(signal.SIGCONT)
             proc.kill()
+    for proc in procs:
         proc.wait(10)
+    wait_until_the_server_is_idle()
 
 
 def status(run_id: str) -> str:

@@ -39,10 +39,14 @@ class RemoteDemo:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
 
-    def stop(self, timeout: float = 15) -> None:
+    def terminate(self) -> None:
+        """Ask each to stop (SIGTERM: it releases its leases); ``stop`` waits for them."""
         for proc in self.processes.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
+
+    def stop(self, timeout: float = 15) -> None:
+        self.terminate()
         # One deadline for them all: they stop side by side, not one after another (a
         # worker whose server is already gone retries its release until it gives up).
         deadline = time.monotonic() + timeout

@@ -88,7 +88,14 @@ class Server:
 
     def stop(self) -> str:
         self.process.send_signal(signal.SIGINT)
-        assert self.process.wait(60) == 0
+        try:
+            code = self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise AssertionError(
+                "serve did not stop within 60 s of Ctrl-C:\n" + Path(self.log.name).read_text()
+            ) from None
+        assert code == 0, Path(self.log.name).read_text()
         self.log.close()
         return Path(self.log.name).read_text()
 

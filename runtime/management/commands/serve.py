@@ -92,13 +92,16 @@ class Command(BaseCommand):
         try:
             self._serve(options["host"], options["port"])
         finally:
+            # The remote workers and the in-process ones stop side by side.
             if remote is not None:
-                remote.stop()
+                remote.terminate()
             self.stdout.write("holdpoint: stopping workers (each finishes its step)…")
             self.stdout.flush()
             stop.set()
             if pool is not None:
                 pool.stop(timeout=30)
+            if remote is not None:
+                remote.stop(timeout=10)
             receiver.stop()
             self.stdout.write("holdpoint: stopped; leases released.")
         # Everything durable is committed and every lease released. Skip interpreter

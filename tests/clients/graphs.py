@@ -1,6 +1,7 @@
 """LangGraph graphs of plain Python nodes (no model, no network), run by Holdpoint through
 ``holdpoint_client.langgraph``: LangGraph's human-in-the-loop examples (review a tool
-call: accept, edit, respond, ignore; ask the human) and a graph to kill between nodes.
+call: accept, edit, respond, ignore; ask the human), a graph to kill between nodes and a
+graph that loops in slow nodes, to cancel and to pause.
 
 Each node appends its name and pid to ``nodes.log`` in ``HOLDPOINT_TEST_TOOL_DIR``.
 """
@@ -167,4 +168,39 @@ chain = graph_agent(
     retry=RetryPolicy(backoff_initial=0.1, backoff_max=0.5),
 )
 
-AGENTS = [review, strict, ask, chain]
+
+class LoopState(TypedDict, total=False):
+    steps: int
+    pause: float
+    hold_at: int
+    n: int
+
+
+def tick(state: LoopState) -> LoopState:
+    """One slow node with one tool call; the graph loops back to it ``steps`` times. The
+    tick numbered ``hold_at`` (if any) sleeps a minute, for a cancel to land in."""
+    n = int(state.get("n", 0))
+    visit("tick")
+    pause = 60.0 if n == state.get("hold_at") else float(state.get("pause", 0.2))
+    current_context().sleep(pause)  # Wakes and unwinds at once on a cancel.
+    side_effect("folder", f"tick{n}", {"n": n})
+    return {"n": n + 1}
+
+
+def again(state: LoopState) -> str:
+    return "tick" if state["n"] < int(state.get("steps", 1000)) else END
+
+
+loop_builder = StateGraph(LoopState)
+loop_builder.add_node("tick", tick)
+loop_builder.add_edge(START, "tick")
+loop_builder.add_conditional_edges("tick", again, ["tick", END])
+loop = graph_agent(
+    "lg-loop",
+    loop_builder,
+    input_schema={"steps": "integer", "pause": "number", "hold_at": "integer?"},
+    tools=[FolderTool()],
+    retry=RetryPolicy(backoff_initial=0.1, backoff_max=0.5),
+)
+
+AGENTS = [review, strict, ask, chain, loop]

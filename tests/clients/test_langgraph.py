@@ -1,7 +1,8 @@
 """LangGraph graphs under Holdpoint (``holdpoint_client.langgraph``) against a live
 server: LangGraph's human-in-the-loop examples answered from Holdpoint's hold points —
-approve a tool call, edit it, respond instead, ignore it, ask the human — and a worker
-SIGKILLed between nodes that resumes from the last node with no tool call repeated."""
+approve a tool call, edit it, respond instead, ignore it, ask the human — a worker
+SIGKILLed between nodes that resumes from the last node with no tool call repeated, and a
+graph run cancelled inside a node and paused at a node boundary."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from runs import services
 from runs.errors import HoldpointError
-from runs.models import Checkpoint, Run, RunEvent
+from runs.models import Attempt, Checkpoint, Run, RunEvent
 from tests.clients.conftest import (
     answer,
     executions,
@@ -186,3 +187,64 @@ def test_a_worker_killed_between_nodes_resumes_from_the_last_node(
     assert RunEvent.objects.filter(run_id=run_id, type="attempt.lost").exists() or (
         RunEvent.objects.filter(run_id=run_id, type="attempt.claimed").count() >= 2
     )
+
+
+def loop_run(operator: Any, **input: Any) -> str:
+    return services.run_start(agent="lg-loop", input=input, user=operator).id
+
+
+def test_a_graph_run_is_cancelled_inside_a_node_and_the_worker_acknowledges(
+    worker, operator, tool_dir: Path
+) -> None:
+    w = worker(AGENTS)
+    # Three quick ticks, then the fourth sleeps a minute inside the node.
+    run_id = loop_run(operator, steps=10, pause=0.1, hold_at=3)
+    wait_status(run_id, "running")
+    wait_for(lambda: nodes(tool_dir).count("tick") == 4, 20, "the graph to reach tick 4")
+    services.run_cancel(run_id=run_id, user=operator, reason="wrong target")
+    wait_status(run_id, "cancelled", timeout=20)
+    # The node's ctx.sleep woke on the cancel and the step unwound through LangGraph's
+    # stream: the worker reports the attempt cancelled (not failed, not a node error).
+    attempts = set(Attempt.objects.filter(run_id=run_id).values_list("id", flat=True))
+    wait_for(
+        lambda: any(a in attempts and o == "cancelled" for a, o in w.outcomes),
+        10,
+        "the worker to say so",
+    )
+    assert "failed" not in [o for a, o in w.outcomes if a in attempts], w.outcomes
+    # The cancelled node did not act and nothing ran after it: one tool call for each of
+    # the three ticks that finished.
+    assert nodes(tool_dir).count("tick") == 4
+    keys = [line.split()[0] for line in executions(tool_dir)]
+    assert len(keys) == 3 and len(set(keys)) == 3
+
+
+def test_a_graph_run_pauses_at_a_node_boundary_and_continue_finishes_it_without_repeats(
+    worker, operator, tool_dir: Path
+) -> None:
+    worker(AGENTS)
+    steps = 20
+    run_id = loop_run(operator, steps=steps, pause=0.1)
+    wait_status(run_id, "running")
+    wait_for(lambda: "tick" in nodes(tool_dir), 20, "the graph to reach tick")
+    services.run_pause(run_id=run_id, reason="look first", user=operator)
+    wait_status(run_id, "paused", timeout=20)
+    request = pending(run_id)
+    assert request is not None and request.kind == "pause"
+    # Paused at a node boundary: the node that was running finished, its tool call is
+    # recorded, and the pause holds at the checkpoint naming the node that runs next.
+    checkpoint = Checkpoint.objects.get(pk=request.checkpoint_id)
+    assert checkpoint.step == "tick"
+    done_before = int(checkpoint.state["values"]["n"])
+    assert 0 < done_before < steps
+    assert len(executions(tool_dir)) == done_before
+    assert nodes(tool_dir).count("tick") == done_before
+    services.run_resume(
+        run_id=run_id, request_id=request.id, checkpoint_id=request.checkpoint_id, user=operator
+    )
+    wait_status(run_id, "succeeded", timeout=40)
+    assert Run.objects.get(pk=run_id).result == {"steps": steps, "pause": 0.1, "n": steps}
+    # Every tick ran once and acted once: nothing before the pause ran again after it.
+    assert nodes(tool_dir).count("tick") == steps
+    keys = [line.split()[0] for line in executions(tool_dir)]
+    assert len(keys) == steps and len(set(keys)) == steps

@@ -164,7 +164,7 @@ class WorkerClaimWaitApi(WorkerApiView):
                 if lease is not None:
                     return Response(full_lease(lease))
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 or waiter.shutting_down.is_set():
                     return Response(status=204)
                 # Give the database connection back while waiting: a pool of a few
                 # connections (DATABASE_POOL_SIZE) must not be held by idle long polls.

@@ -74,6 +74,16 @@ class WorkWaiter:
         self._thread: threading.Thread | None = None
         # Closed by stop() (tests): waits then poll without a listener until reopen().
         self._closed = False
+        # Set when the server shuts down: every wait returns at once, so a long poll does
+        # not hold the server's shutdown for its whole ``wait``.
+        self.shutting_down = threading.Event()
+
+    def release_waiters(self) -> None:
+        """The server is stopping: wake every waiting claim and watch now, and let none
+        wait again (they answer as if their time were up)."""
+        with self._cond:
+            self.shutting_down.set()
+            self._cond.notify_all()
 
     @property
     def generation(self) -> int:
@@ -102,6 +112,8 @@ class WorkWaiter:
         deadline = time.monotonic() + max(0.0, timeout)
         with self._cond:
             while sum(self._signals.get(key, 0) for key in keys) == seen:
+                if self.shutting_down.is_set():
+                    return
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return
@@ -111,7 +123,7 @@ class WorkWaiter:
         """Wait up to ``timeout`` seconds unless the generation already moved past ``seen``."""
         self.ensure_started()
         with self._cond:
-            if self._generation == seen:
+            if self._generation == seen and not self.shutting_down.is_set():
                 self._cond.wait(max(0.0, timeout))
 
     @property

@@ -85,6 +85,37 @@ def test_a_waiting_claim_is_woken_by_a_new_run_and_leases_it() -> None:
     assert got["body"]["answers"] == [] and got["body"]["run_cost"] == "0"
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_server_shutting_down_answers_its_waiting_claims_at_once() -> None:
+    """Ctrl-C on ``serve`` releases the waiter (a Twisted "before shutdown" trigger): a
+    long poll answers 204 now rather than holding the shutdown for its whole wait."""
+    from runs.wakeups import waiter
+
+    worker = worker_client("long-poll")
+    got: dict[str, Any] = {}
+
+    def poll() -> None:
+        from django.db import connection
+
+        try:
+            got["status"] = post(worker, "/api/worker/claim", {"worker_id": "lp", "wait": 30})
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=poll)
+    thread.start()
+    try:
+        threading.Event().wait(0.5)  # The poll is waiting now: nothing was due.
+        assert "status" not in got
+        waiter.release_waiters()
+        thread.join(5)
+        assert not thread.is_alive(), "the waiting claim kept waiting through the shutdown"
+        assert got["status"].status_code == 204
+    finally:
+        waiter.shutting_down.clear()
+        thread.join(30)
+
+
 def test_a_refused_wait_changes_nothing(wclient) -> None:
     run = start()
     before = snapshot(run.id)

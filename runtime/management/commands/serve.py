@@ -114,9 +114,15 @@ class Command(BaseCommand):
     def _serve(self, host: str, port: int) -> None:
         from daphne.endpoints import build_endpoint_description_strings
         from daphne.server import Server
+        from twisted.internet import reactor
 
         from config.asgi import application
+        from runs.wakeups import waiter
 
+        # Ctrl-C: long-polling claims and watches answer now instead of holding daphne's
+        # shutdown for up to their whole wait.
+        # (Twisted declares the method zope-style, without self: mypy misreads its arguments.)
+        reactor.addSystemEventTrigger("before", "shutdown", waiter.release_waiters)  # type: ignore[arg-type]
         Server(
             application=application,
             endpoints=build_endpoint_description_strings(host=host, port=port),

@@ -72,6 +72,9 @@ class Server:
             env=env,
             stdout=self.log,
             stderr=subprocess.STDOUT,
+            # Its own process group: a serve that must be killed takes its remote demo
+            # workers with it (they would retry their server for ever).
+            start_new_session=True,
         )
         self.url = f"http://127.0.0.1:{self.port}"
 
@@ -91,7 +94,7 @@ class Server:
         try:
             code = self.process.wait(60)
         except subprocess.TimeoutExpired:
-            self.process.kill()
+            os.killpg(self.process.pid, signal.SIGKILL)
             raise AssertionError(
                 "serve did not stop within 60 s of Ctrl-C:\n" + Path(self.log.name).read_text()
             ) from None

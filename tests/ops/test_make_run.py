@@ -75,6 +75,9 @@ class Server:
             # Its own process group: a serve that must be killed takes its remote demo
             # workers with it (they would retry their server for ever).
             start_new_session=True,
+            # Ctrl-C as at a terminal: a suite started in the background by a shell without
+            # job control inherits SIGINT ignored, and serve would never hear it.
+            preexec_fn=_default_sigint,
         )
         self.url = f"http://127.0.0.1:{self.port}"
 
@@ -101,6 +104,10 @@ class Server:
         assert code == 0, Path(self.log.name).read_text()
         self.log.close()
         return Path(self.log.name).read_text()
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def remote_agents(var: Path, timeout: float = 30) -> set[str]:
@@ -174,6 +181,12 @@ def test_make_run_serves_the_demo_and_keeps_it_across_a_restart(
         page.goto(f"{server.url}/runs/")
         page.screenshot(path=str(shots / "make-run-runs.png"), full_page=True)
         context.close()
+        # The people who may answer are told by e-mail (the console mail backend) when the
+        # sweeper next sends the outbox: wait for it rather than for luck.
+        log = Path(server.log.name)
+        deadline = time.monotonic() + 120
+        while "Subject: [Holdpoint]" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(1)
     finally:
         output = server.stop()
     assert "stopped; leases released" in output

@@ -226,15 +226,14 @@ def _approval_value(given: Any) -> dict[str, Any]:
     ``Approval(…)``; the decision is approve, deny or respond (send back with a comment)."""
     if isinstance(given, Approval):
         decision = given.decision or ("approve" if given.approved else "deny")
-        return {"decision": decision, "comment": given.comment, "edited": given.edited}
-    if isinstance(given, bool):
-        return {"decision": "approve" if given else "deny"}
-    if given in ("approve", "deny"):
-        return {"decision": given}
+        found = {"decision": decision, "comment": given.comment, "edited": given.edited}
+        return {k: v for k, v in found.items() if v not in (None, "")}
+    if given is False or given == "deny":
+        return {"decision": "deny", "comment": "Denied by the test."}
+    if given is True or given == "approve":
+        return {"decision": "approve"}
     if isinstance(given, dict) and given.get("decision") in ("approve", "deny", "respond"):
-        if given.get("edited") is not None and given["decision"] != "approve":
-            raise HarnessError("Only an approval carries edited arguments.")
-        return dict(given)
+        return {k: v for k, v in given.items() if v is not None}
     raise HarnessError(
         "An approval is True/False, 'approve'/'deny' or {'decision': approve | deny | "
         f"respond, 'comment': …, 'edited': …}}, not {given!r}."

@@ -16,6 +16,7 @@ from ledger.tools import (
     get_tool,
     request_errors,
 )
+from runs.approvals import approval_answer
 from runs.errors import HoldpointError
 from runs.schemas import compile_schema, validation_errors
 from runtime.context import to_json
@@ -433,21 +434,23 @@ class _Run:
         value = queue.pop(0)
         if question.kind == "auth_required":
             value = _approval_value(value)
-            edited = value.get("edited")
-            editable = (question.action or {}).get("editable")
-            if edited is not None:
-                # The run store's check (runs/approvals.py): an edit must fit the schema
-                # the step offered; one that changes nothing is a plain approval.
-                if not isinstance(editable, dict):
-                    raise HarnessError(f"{question.key!r} offers no edit, but the test edits it.")
-                errors = validation_errors(compile_schema(editable["schema"]), edited)
-                if errors:
-                    raise HarnessError(
-                        f"The edit {edited!r} of {question.key!r} does not fit its schema: "
-                        + "; ".join(f"{e['pointer']}: {e['message']}" for e in errors)
-                    )
-                if edited == editable.get("value"):
-                    value = {**value, "edited": None}
+            # The run store's rule for an approval's answer (runs/approvals.py): comment
+            # required to deny or send back, an edit only of what is offered and fitting
+            # its schema, an edit equal to the plan a plain approval.
+            action = dict(question.action or {})
+            if isinstance(action.get("editable"), dict):
+                action["editable"] = {
+                    **action["editable"],
+                    "schema": compile_schema(action["editable"].get("schema")),
+                }
+            try:
+                value = approval_answer(action, value)
+            except HoldpointError as exc:
+                errors = exc.extra.get("errors") or []
+                raise HarnessError(
+                    f"The approval {value!r} of {question.key!r} does not fit: {exc.detail} "
+                    + "; ".join(f"{e['pointer']}: {e['message']}" for e in errors)
+                ) from None
         else:
             if question.key.split(".", 1)[-1].startswith("choose") and not isinstance(value, dict):
                 value = {"choice": value}

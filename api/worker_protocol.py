@@ -27,6 +27,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api.base import BODY_CODES, idempotency_key_parameter, problems, validated
+from api.hangup import client_gone
 from api.serializers import utc
 from api.worker import (
     FENCE_CODES,
@@ -154,6 +155,9 @@ class WorkerClaimWaitApi(WorkerApiView):
 
         def claim() -> Response:
             while True:
+                if client_gone(request):
+                    # Hung up while waiting (a worker stopping): lease nothing to nobody.
+                    return Response(status=204)
                 seen = waiter.generation
                 lease = services.attempt_claim(
                     worker_token_id=token_id(request),

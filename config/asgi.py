@@ -6,7 +6,8 @@ cookies) and is given the session's user; each consumer checks the
 user's permissions itself, at connect and at every render (``live.consumers``).
 
 An HTTP body over ``HOLDPOINT_MAX_BODY_BYTES`` is refused before it is read
-(``config.body_limit``).
+(``config.body_limit``). A long poll whose client hung up stops waiting and claims
+nothing (``api.hangup``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from api.hangup import HangupMiddleware  # noqa: E402
 from config.body_limit import BodyLimitMiddleware, install_daphne_guard  # noqa: E402
 from config.websocket_origin import SameOriginValidator  # noqa: E402
 from live.routing import websocket_urlpatterns  # noqa: E402
@@ -33,7 +35,7 @@ install_daphne_guard()
 
 application = ProtocolTypeRouter(
     {
-        "http": BodyLimitMiddleware(django_asgi_app),
+        "http": BodyLimitMiddleware(HangupMiddleware(django_asgi_app)),
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -20,7 +20,7 @@ from django.db import connections
 from django.test import Client
 
 from config.asgi import application
-from tests.live.server import wait_until_no_loop_receives
+from tests.live.server import own_channel_layer, wait_until_no_loop_receives
 
 T = TypeVar("T")
 HOST = "localhost"
@@ -60,9 +60,11 @@ def run(scenario: Callable[[], Awaitable[T]]) -> T:
         finally:
             connections.close_all()
 
+    own_channel_layer()
     thread = threading.Thread(target=target, name="live-scenario")
     thread.start()
     thread.join()
+    own_channel_layer()  # the scenario's loop is closed: nobody else starts on its layer
     if "error" in outcome:
         raise outcome["error"]
     value: T = outcome["value"]

@@ -90,20 +90,28 @@ class AsgiLiveServer:
 def wait_until_no_loop_receives(seconds: float = 10.0) -> None:
     """Wait until no event loop receives on this process's channel layer.
 
-    channels_redis lets one event loop at a time receive on a layer, and a scenario
-    (``run``) has a loop of its own. The browser tests' live server (one per session, in
-    a thread) receives while a page has a socket open; the sockets of a closed page are
-    torn down there a moment later, and one that was reconnecting may open just before.
+    The browser tests' live server (one per session, in a thread) receives while a page
+    has a socket open; the sockets of a closed page are torn down there a moment later,
+    and one that was reconnecting may open just before.
     """
     layer = get_channel_layer()
     deadline = time.monotonic() + seconds
     while getattr(layer, "receive_count", 0) and time.monotonic() < deadline:
         time.sleep(0.05)
-    if getattr(layer, "receive_count", 0):
-        # A page of an earlier test still holds a socket open (it keeps reconnecting):
-        # give this test a layer of its own rather than one whose receive lock is bound
-        # to the live server's loop (every later test would fail "bound to a different
-        # event loop"). Messages still cross through Redis to both.
-        from channels.layers import DEFAULT_CHANNEL_LAYER, channel_layers
 
-        channel_layers.backends.pop(DEFAULT_CHANNEL_LAYER, None)
+
+def own_channel_layer() -> None:
+    """Let the next event loop start on a channel layer no other loop has received on.
+
+    A scenario (``tests.live.conftest.run``) has an event loop of its own, and the live
+    server's loop lives all session. channels_redis binds a layer's asyncio locks to the
+    loop that first waits on them: the receive lock while a loop receives, and a
+    channel's clean lock, which a cleaner task of the receiving loop holds a moment after
+    ``receive_count`` is back to 0. A scenario contending for a lock the server's loop
+    (or a finished scenario's) holds fails "bound to a different event loop", and the
+    lock stays held for every later test: one cascade of failures. A fresh layer per
+    scenario shares none of them; messages still cross through Redis.
+    """
+    from channels.layers import DEFAULT_CHANNEL_LAYER, channel_layers
+
+    channel_layers.backends.pop(DEFAULT_CHANNEL_LAYER, None)

@@ -202,24 +202,72 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its live descendants (a multi-process server's workers)."""
+    found = [pid]
+    for child in found:
+        for task in Path(f"/proc/{child}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                found += [int(p) for p in task.read_text().split()]
+    return found
+
+
 @dataclass
 class Server:
     base: str
     pid: int
 
     def cpu_seconds(self) -> float:
-        return process_cpu_seconds(self.pid)
+        """CPU of the server's process and its workers (those alive when asked)."""
+        total = 0.0
+        for pid in process_tree(self.pid):
+            with contextlib.suppress(OSError):
+                total += process_cpu_seconds(pid)
+        return total
+
+
+# The web servers bench.servers compares. Each command serves config.asgi (or config.wsgi)
+# on PORT with WORKERS processes; ``daphne`` has one process (its Procfile line).
+SERVERS: dict[str, list[str]] = {
+    "daphne": [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", "{port}", "config.asgi:application"],
+    "uvicorn": [
+        PYTHON, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1",
+        "--port", "{port}", "--workers", "{workers}", "--loop", "uvloop", "--http",
+        "httptools", "--lifespan", "off", "--no-access-log", "--log-level", "warning",
+    ],
+    "granian": [
+        PYTHON, "-m", "granian", "--interface", "asginl", "--host", "127.0.0.1",
+        "--port", "{port}", "--workers", "{workers}", "--loop", "uvloop",
+        "--log-level", "warning", "config.asgi:application",
+    ],
+    "granian-wsgi": [
+        PYTHON, "-m", "granian", "--interface", "wsgi", "--host", "127.0.0.1",
+        "--port", "{port}", "--workers", "{workers}", "--blocking-threads", "8",
+        "--log-level", "warning", "config.wsgi:application",
+    ],
+    "gunicorn": [
+        PYTHON, "-m", "gunicorn", "--bind", "127.0.0.1:{port}", "--workers", "{workers}",
+        "--worker-class", "gthread", "--threads", "8", "--log-level", "warning",
+        "config.wsgi:application",
+    ],
+}  # fmt: skip
 
 
 @contextlib.contextmanager
-def daphne(*, env: dict[str, str] | None = None, log: Path | None = None) -> Iterator[Server]:
-    """Run one daphne process on a free port against this process's DATABASE_URL, the way
-    the Procfile's ``web`` line does (a pool of 8 database connections unless ``env``
-    says otherwise)."""
+def web_server(
+    kind: str = "daphne",
+    *,
+    workers: int = 1,
+    env: dict[str, str] | None = None,
+    log: Path | None = None,
+) -> Iterator[Server]:
+    """Run a web server on a free port against this process's DATABASE_URL (a pool of 8
+    database connections per process unless ``env`` says otherwise)."""
     port = free_port()
+    command = [part.format(port=port, workers=workers) for part in SERVERS[kind]]
     out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
     proc = subprocess.Popen(
-        [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
+        command,
         cwd=ROOT,
         env={**os.environ, "DATABASE_POOL_SIZE": "8", **(env or {})},
         stdout=out,
@@ -228,6 +276,11 @@ def daphne(*, env: dict[str, str] | None = None, log: Path | None = None) -> Ite
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for_http(base + "/healthz")
+        if workers > 1:
+            # Every worker answers before the clock starts (they boot one by one).
+            deadline = time.monotonic() + 30
+            while len(process_tree(proc.pid)) <= workers and time.monotonic() < deadline:
+                time.sleep(0.1)
         yield Server(base=base, pid=proc.pid)
     finally:
         proc.terminate()
@@ -238,6 +291,13 @@ def daphne(*, env: dict[str, str] | None = None, log: Path | None = None) -> Ite
             proc.wait()
         if log:
             out.close()  # type: ignore[union-attr]
+
+
+@contextlib.contextmanager
+def daphne(*, env: dict[str, str] | None = None, log: Path | None = None) -> Iterator[Server]:
+    """One daphne process, the way the Procfile's ``web`` line runs it."""
+    with web_server("daphne", env=env, log=log) as server:
+        yield server
 
 
 # --- Statistics --------------------------------------------------------------------------------

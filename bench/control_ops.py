@@ -1,6 +1,6 @@
 """Control operations over real HTTP: cancel, retry and resume at 1 and 4 concurrent clients.
 
-One daphne process serves the control API on this script's own database, configured
+One web server (daphne unless --server says otherwise) serves the control API on this script's own database, configured
 as the Procfile's ``web`` line runs it (a psycopg pool of 8 connections; ``--pool 0``
 opens a connection per request instead); clients
 authenticate with a DRF token and send a fresh ``Idempotency-Key`` per operation
@@ -24,8 +24,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench.common import (
+    SERVERS,
     Summary,
-    daphne,
     declare_bench_agent,
     parse_int_list,
     person,
@@ -34,6 +34,7 @@ from bench.common import (
     setup_django,
     table,
     verdict,
+    web_server,
 )
 from bench.load import LoadResult, Record, baseline, run_load, split
 
@@ -103,8 +104,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--pool",
         type=int,
         default=8,
-        help="DATABASE_POOL_SIZE of the daphne process (default 8, as the Procfile; 0: none)",
+        help="DATABASE_POOL_SIZE of each server process (default 8, as the Procfile; 0: none)",
     )
+    parser.add_argument("--server", default="daphne", choices=list(SERVERS))
+    parser.add_argument("--workers", type=int, default=1, help="server processes")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
     opts = parser.parse_args(argv)
     client_counts = parse_int_list(opts.clients)
@@ -123,7 +126,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
         rows: list[list[Any]] = []
         figures: dict[str, Any] = {"clients": {}, "database_pool_size": opts.pool}
-        with daphne(env={"DATABASE_POOL_SIZE": str(opts.pool)}) as server:
+        with web_server(
+            opts.server, workers=opts.workers, env={"DATABASE_POOL_SIZE": str(opts.pool)}
+        ) as server:
             args = {"base": server.base, "token": token}
             # Warm the server: imports, URL resolver, first connections.
             run_load(
@@ -219,7 +224,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     print()
     print(
-        "Control operations over HTTP (daphne, token auth, Idempotency-Key, "
+        f"Control operations over HTTP ({opts.server} x{opts.workers}, token auth, Idempotency-Key, "
         f"DATABASE_POOL_SIZE={opts.pool}) vs raw UPDATE+COMMIT"
     )
     print(
@@ -232,7 +237,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "p95 ms",
                 "p99 ms",
                 "vs baseline",
-                "daphne CPU ms/op",
+                "server CPU ms/op",
                 "answers",
             ],
             rows,

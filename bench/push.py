@@ -44,14 +44,15 @@ from typing import Any
 
 from bench.common import (
     PYTHON,
+    SERVERS,
     Summary,
-    daphne,
     declare_bench_agent,
     save_result,
     scratch_database,
     setup_django,
     table,
     verdict,
+    web_server,
 )
 
 GROUP = "bench-push-floor"
@@ -367,7 +368,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--roles", default="viewer,operator,approver")
     parser.add_argument("--profile", type=Path, help="py-spy the web process into this file")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
-    parser.add_argument("--server-log", type=Path, help="append daphne's output to this file")
+    parser.add_argument("--server-log", type=Path, help="append the server's output to this file")
+    parser.add_argument(
+        "--server",
+        default="daphne",
+        choices=[k for k in SERVERS if "wsgi" not in k and k != "gunicorn"],
+        help="the ASGI server (default daphne)",
+    )
     opts = parser.parse_args(argv)
     redis_url = os.environ.get("REDIS_URL", "")
     if not redis_url.startswith(("redis://", "rediss://", "unix://")):
@@ -390,7 +397,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         setup_django()
         cookies, answerer = people_with_sessions(opts.subscribers, roles)
         worker = Worker(answerer)
-        with daphne(env=env, log=opts.server_log) as server:
+        with web_server(opts.server, env=env, log=opts.server_log) as server:
             result = full_path(
                 server.base,
                 worker,
@@ -418,13 +425,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print()
     print(
         f"Push latency (ms), {n} websocket clients on one run page ({', '.join(roles)} in turn), "
-        "one daphne process, Redis channel layer"
+        f"one {opts.server} process, Redis channel layer"
     )
     print(table(["path", "n", "p50", "p95", "p99", "max", "p99 vs bare"], rows))
     if result["stray"]:
         print(f"  ({result['stray']} other frames arrived, not counted)")
     cpu_ms = result["cpu_per_push"] * 1000
-    print(f"  daphne CPU per push: {cpu_ms:.1f} ms for {n} sockets")
+    print(f"  {opts.server} CPU per push: {cpu_ms:.1f} ms for {n} sockets")
     target = (
         f"full path p99 {full.p99:.1f} ms ({verdict(full.p99 < TARGET_P99_MS)} "
         f"< {TARGET_P99_MS:.0f} ms); bare channel layer p99 {bare.p99:.1f} ms"
@@ -438,7 +445,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "full_path_ms": full.as_dict(),
         "full_path_shared_ms": shared.as_dict(),
         "full_path_per_user_ms": per_user.as_dict(),
-        "daphne_cpu_ms_per_push": round(cpu_ms, 2),
+        "server": opts.server,
+        "server_cpu_ms_per_push": round(cpu_ms, 2),
         "stray_frames": result["stray"],
         "targets": [target],
     }

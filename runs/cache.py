@@ -8,10 +8,17 @@ threads (each command takes a connection from the pool), so one per pool is kept
 
 ``incr_window`` counts a hit and sets the counter's expiry in one pipelined round trip,
 where ``add`` then ``incr`` took two (``runs.ratelimit.hit``).
+
+The client (and with it the connection pool) is kept per process, not per cache object:
+Django keeps cache objects in an ``asgiref`` ``Local``, which under ASGI is one per
+request, so every API request built a new pool and opened a new TCP connection to Redis
+(a sixth of an ASGI server's CPU per request, by py-spy; docs/performance.md). redis-py's
+pool reconnects in a forked child by itself.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
@@ -34,10 +41,26 @@ class ReusingRedisCacheClient(RedisCacheClient):
         return client
 
 
+_clients: dict[tuple[Any, ...], ReusingRedisCacheClient] = {}
+_clients_lock = threading.Lock()
+
+
 class RedisCache(DjangoRedisCache):
     def __init__(self, server: Any, params: dict[str, Any]) -> None:
         super().__init__(server, params)
         self._class = ReusingRedisCacheClient
+
+    @property
+    def _cache(self) -> ReusingRedisCacheClient:  # type: ignore[override]
+        """The process's client for these servers and options (see the module's doc)."""
+        key = (tuple(self._servers), repr(sorted(self._options.items())))
+        client = _clients.get(key)
+        if client is None:
+            with _clients_lock:
+                client = _clients.get(key)
+                if client is None:
+                    client = _clients[key] = self._class(self._servers, **self._options)
+        return client
 
     def incr_window(self, key: str, timeout: int) -> int:
         """Add one to the counter ``key`` (0 when absent) and make it expire in ``timeout``

@@ -51,15 +51,17 @@ class RedisCache(DjangoRedisCache):
         self._class = ReusingRedisCacheClient
 
     @property
-    def _cache(self) -> ReusingRedisCacheClient:  # type: ignore[override]
+    def _cache(self) -> ReusingRedisCacheClient:
         """The process's client for these servers and options (see the module's doc)."""
-        key = (tuple(self._servers), repr(sorted(self._options.items())))
+        parent: Any = self  # the parent's private attributes have no stubs
+        servers, options = parent._servers, parent._options
+        key = (tuple(servers), repr(sorted(options.items())))
         client = _clients.get(key)
         if client is None:
             with _clients_lock:
                 client = _clients.get(key)
                 if client is None:
-                    client = _clients[key] = self._class(self._servers, **self._options)
+                    client = _clients[key] = ReusingRedisCacheClient(servers, **options)
         return client
 
     def incr_window(self, key: str, timeout: int) -> int:

@@ -14,12 +14,17 @@ from __future__ import annotations
 
 import os
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 # Django must be set up before anything imports models.
-django_asgi_app = get_asgi_application()
+django.setup(set_prefix=False)
+
+from config.handler import PooledASGIHandler  # noqa: E402
+
+# Django's handler, each request served in one thread of a reused pool (config/handler.py).
+django_asgi_app = PooledASGIHandler()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

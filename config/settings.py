@@ -94,8 +94,6 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "config.middleware.PagesCSPMiddleware",
     "config.middleware.PagesHtmxMiddleware",
-    # Keep last: the chain runs in one thread under ASGI (see the class).
-    "config.middleware.SyncChainMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -331,6 +329,9 @@ HOLDPOINT_IDEMPOTENCY_IN_PROGRESS_SECONDS = env_int(
 HOLDPOINT_PAUSE_THROTTLE_PER_MINUTE = env_int("HOLDPOINT_PAUSE_THROTTLE_PER_MINUTE", 120, minimum=1)
 HOLDPOINT_MAX_BODY_BYTES = env_int("HOLDPOINT_MAX_BODY_BYTES", 256 * 1024, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = HOLDPOINT_MAX_BODY_BYTES
+# The most threads one web process serves requests in at once (config/handler.py); each
+# waiting long poll (a remote worker's claim or watch) holds one.
+HOLDPOINT_WEB_THREADS = env_int("HOLDPOINT_WEB_THREADS", 1000, minimum=8)
 HOLDPOINT_AGENT_MODULES = env_list("HOLDPOINT_AGENT_MODULES", ["runtime.demo_agents"])
 HOLDPOINT_CONFIG_STORE_DIR = Path(
     env_str("HOLDPOINT_CONFIG_STORE_DIR", str(VAR_DIR / "config-store"))

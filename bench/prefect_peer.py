@@ -30,11 +30,14 @@ its ``events`` table (in batches, up to 5 s later), its record of the change, as
 Holdpoint writes run events in the cancel's transaction. ``--prefect-services default``
 keeps whatever Prefect enables by default; ``none`` runs it ``--no-services``.
 
-Server CPU per operation: user + system time from /proc of the server process and every
-descendant (Prefect's foreground server does not fork; the sum is there in case it does),
-read before the load and after a trailing ``--settle`` seconds (default 6: Prefect's event
-persister flushes every 5 s), less each server's idle CPU rate measured beforehand over
-the same length of time. The same rule for both servers.
+Each operation's requests are dealt into two halves and the servers are driven A B B A
+(Holdpoint, Prefect, Prefect, Holdpoint), so that a change in the shared machine's load
+falls on both; throughput is operations over the summed wall time of a server's halves.
+Server CPU per operation: user + system time from /proc of each server's process and
+every descendant (Prefect's foreground server does not fork; the sum is there in case it
+does), read before the first half and after a trailing ``--settle`` seconds (default 6:
+Prefect's event persister flushes every 5 s), less that server's idle CPU rate (measured
+beforehand) over the whole window. The same rule for both servers.
 
 Targets (issue 17): Holdpoint >= 2x Prefect's throughput and <= 1/2 of its CPU per
 operation.
@@ -347,15 +350,49 @@ def http_client(
             record(elapsed, str(response.status_code))
 
 
-def measure(peer: Peer, items: list[Any], clients: int, warm_path: str, settle: float) -> Any:
-    """Run the load; return (result, server CPU ms per operation)."""
-    args = peer.client_args(warm_path)
-    c0, t0 = peer.cpu(), time.monotonic()
-    result = run_load(http_client, split(items, clients), args)
-    time.sleep(settle)  # work the server defers (Prefect's event persister) counts too
-    c1, t1 = peer.cpu(), time.monotonic()
-    cpu = max(0.0, (c1 - c0) - peer.idle_cpu_per_s * (t1 - t0))
-    return result, cpu / len(items) * 1000
+def merged(results: Sequence[LoadResult]) -> LoadResult:
+    outcomes: dict[str, int] = {}
+    for result in results:
+        for key, count in result.outcomes.items():
+            outcomes[key] = outcomes.get(key, 0) + count
+    return LoadResult(
+        operations=sum(r.operations for r in results),
+        wall_seconds=sum(r.wall_seconds for r in results),
+        latencies_ms=[lat for r in results for lat in r.latencies_ms],
+        outcomes=outcomes,
+        client_cpu_seconds=sum(r.client_cpu_seconds for r in results),
+    )
+
+
+def measure_pair(
+    peers: Sequence[Peer],
+    items: dict[str, list[Any]],
+    clients: int,
+    warm: dict[str, str],
+    settle: float,
+) -> dict[str, tuple[LoadResult, float]]:
+    """Drive the two servers in halves, A B B A, so that a change in the machine's load
+    falls on both; return each server's (result, CPU ms per operation).
+
+    Each server's CPU is its own process tree's, read before the first half and after the
+    trailing ``settle`` seconds, less its idle rate over that window."""
+    a, b = peers
+    halves = {p.name: [items[p.name][0::2], items[p.name][1::2]] for p in peers}
+    results: dict[str, list[LoadResult]] = {p.name: [] for p in peers}
+    c0 = {p.name: p.cpu() for p in peers}
+    t0 = time.monotonic()
+    for peer, half in ((a, 0), (b, 0), (b, 1), (a, 1)):
+        chunk = halves[peer.name][half]
+        results[peer.name].append(
+            run_load(http_client, split(chunk, clients), peer.client_args(warm[peer.name]))
+        )
+    time.sleep(settle)  # work a server defers (Prefect's event persister) counts too
+    t1 = time.monotonic()
+    out = {}
+    for peer in peers:
+        cpu = max(0.0, (peer.cpu() - c0[peer.name]) - peer.idle_cpu_per_s * (t1 - t0))
+        out[peer.name] = (merged(results[peer.name]), cpu / len(items[peer.name]) * 1000)
+    return out
 
 
 def _queued_runs(agent: str, count: int) -> list[str]:
@@ -510,11 +547,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 }
                 entry: dict[str, Any] = {}
                 for op, per_server in ops.items():
-                    measured: dict[str, tuple[LoadResult, float]] = {}
-                    for peer in (holdpoint, prefect):
-                        measured[peer.name] = measure(
-                            peer, per_server[peer.name], clients, warm[peer.name], opts.settle
-                        )
+                    measured = measure_pair(
+                        (holdpoint, prefect), per_server, clients, warm, opts.settle
+                    )
                     entry[op] = {}
                     for name, (result, cpu_ms) in measured.items():
                         s = result.summary
@@ -545,9 +580,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         [
                             op,
                             clients,
-                            f"{tp_ratio:.2f}x",
+                            f"{tp_ratio:.3f}x",
                             verdict(tp_ok),
-                            f"{cpu_ratio:.2f}x",
+                            f"{cpu_ratio:.3f}x",
                             verdict(cpu_ok),
                         ]
                     )

@@ -30,6 +30,7 @@ def scripts(opts: argparse.Namespace) -> list[tuple[str, list[str]]]:
         ("request_cost", ["--requests", "100" if quick else "300"]),
         ("control_ops", ["--requests", "50" if quick else "200"]),
         ("servers", ["--requests", "50" if quick else "200"]),
+        ("prefect_peer", ["--requests", "50" if quick else "200"]),
         ("worker_cycle", ["--runs", "1000" if quick else "5000"]),
         ("remote_cycle", ["--runs", "200" if quick else "1000"]),
         ("wakeup", ["--samples", "100" if quick else "200"]),

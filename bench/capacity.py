@@ -112,9 +112,12 @@ def _outcome(response: Any) -> tuple[str, str]:
 
 
 class SimAgent:
-    def __init__(self, index: int, client: Any, plan: dict[str, Any], rec: Recorder) -> None:
+    def __init__(
+        self, index: int, client: Any, people: Any, plan: dict[str, Any], rec: Recorder
+    ) -> None:
         self.index = index
-        self.client = client
+        self.client = client  # the agent's own: two keep-alive connections
+        self.people_client = people  # shared by the people who answer on its server
         self.plan = plan
         self.rec = rec
         self.rng = random.Random(plan["seed"] * 100_003 + index)
@@ -127,7 +130,8 @@ class SimAgent:
         sent = time.monotonic()
         t0 = time.perf_counter()
         try:
-            response = await self.client.post(path, json=body, headers=headers, **kw)
+            client = self.people_client if call == "answer" else self.client
+            response = await client.post(path, json=body, headers=headers, **kw)
         except Exception as exc:  # transport errors, timeouts: counted, never fatal
             elapsed = time.perf_counter() - t0
             self.rec.calls.append((call, sent, elapsed, f"transport {type(exc).__name__}"))
@@ -277,21 +281,26 @@ async def _client_loop(plan: dict[str, Any], indices: list[int], rec: Recorder) 
     import httpx
 
     bases: list[str] = plan["bases"]
-    per_server = Counter(i % len(bases) for i in indices)
-    clients = {
-        s: httpx.AsyncClient(
-            base_url=bases[s],
+
+    # One client per agent, as each remote agent has its own (and httpx's pool scans its
+    # connections on every request: one pool of a thousand would cost the client, not the
+    # server); two connections: the heartbeat beside the step's call.
+    def client(base: str, connections: int) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            base_url=base,
             headers={"Authorization": f"Bearer {plan['worker_token']}"},
             timeout=30,
-            limits=httpx.Limits(
-                max_connections=per_server[s] + 32, max_keepalive_connections=per_server[s] + 32
-            ),
+            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
         )
-        for s in per_server
-    }
+
+    people = {s: client(bases[s], 32) for s in {i % len(bases) for i in indices}}
     t0, ramp, end = plan["t0"], plan["ramp"], plan["end"]
     n = plan["agents"]
-    agents = [SimAgent(i, clients[i % len(bases)], plan, rec) for i in indices]
+    agents = [
+        SimAgent(i, client(bases[i % len(bases)], 2), people[i % len(bases)], plan, rec)
+        for i in indices
+    ]
+    clients = [a.client for a in agents] + list(people.values())
     tasks = [asyncio.create_task(a.live(t0 + ramp * a.index / n)) for a in agents]
     while (left := end - time.monotonic()) > 0:
         when = time.monotonic() + min(0.1, left)
@@ -303,9 +312,9 @@ async def _client_loop(plan: dict[str, Any], indices: list[int], rec: Recorder) 
         for task in list(agent.people):
             task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    for client in clients.values():
+    for each in clients:
         with contextlib.suppress(Exception):
-            await client.aclose()
+            await each.aclose()
 
 
 def _client_main(

@@ -33,6 +33,12 @@ def scripts(opts: argparse.Namespace) -> list[tuple[str, list[str]]]:
         ("prefect_peer", ["--requests", "50" if quick else "200"]),
         ("worker_cycle", ["--runs", "1000" if quick else "5000"]),
         ("remote_cycle", ["--runs", "200" if quick else "1000"]),
+        (
+            "capacity",
+            ["--agents", "100", "--seconds", "30"]
+            if quick
+            else ["--agents", "1000", "--seconds", "300"],
+        ),
         ("wakeup", ["--samples", "100" if quick else "200"]),
         ("latencies", ["--samples", "10" if quick else "30", "--kills", "2" if quick else "5"]),
         ("push", []),

@@ -157,7 +157,12 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("CHANNEL_PREFIX", "holdpoint")},
+            "CONFIG": {
+                # channels_redis blocks in BRPOP for 5 s per read; redis-py 8 gives a socket
+                # a 5 s read timeout by default, which killed idle sockets' consumers.
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 15}],
+                "prefix": env_str("CHANNEL_PREFIX", "holdpoint"),
+            },
         }
     }
 else:

@@ -416,3 +416,26 @@ def test_it_keeps_the_badge_of_other_pages(operator: User) -> None:
         await communicator.disconnect()
 
     run(scenario)
+
+
+@pytest.mark.redis
+def test_a_socket_idle_longer_than_the_layers_blocking_read_stays_open(viewer: User) -> None:
+    # channels_redis waits for messages with BRPOP for 5 s; redis-py 8 gives its sockets a
+    # 5 s read timeout by default, so an idle socket's consumer died ("Timeout reading")
+    # every few seconds unless the layer's connections wait longer (config/settings.py).
+    target = start()
+    lease = claim()
+    url = run_page(target)
+
+    async def scenario() -> None:
+        communicator = socket(url, cookie=await db(session_cookie)(viewer))
+        connected, _ = await communicator.connect()
+        assert connected
+        await pushed(communicator)
+        assert await silent(communicator, seconds=12)  # idle, and no close frame either
+        await db(lambda: services.checkpoint_save(**epochs(lease), step="later", state={}))()
+        got = await pushed(communicator)
+        assert any(f'id="run-{target.id}-' in frame for frame in got)
+        await communicator.disconnect()
+
+    run(scenario)

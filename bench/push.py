@@ -187,7 +187,7 @@ def people_with_sessions(count: int, roles: list[str]) -> tuple[list[str], Any]:
         user.groups.add(groups[roles[n % len(roles)]])
         session = SessionStore()
         session[SESSION_KEY] = str(user.pk)
-        session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+        session[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
         session[HASH_SESSION_KEY] = user.get_session_auth_hash()
         session.create()
         cookies.append(f"{settings.SESSION_COOKIE_NAME}={session.session_key}")

@@ -1,13 +1,14 @@
 """What a 1 GiB request body costs the web process: its memory before and after.
 
-Starts the web process exactly as the Procfile's ``web`` line does (daphne serving
-``config.asgi``), sends one body of ``--size`` bytes with a ``Content-Length`` and one
+Starts the web process exactly as the Procfile's ``web`` line does (uvicorn serving
+``config.asgi``, one worker process: ``WEB_CONCURRENCY=1``), or its ``live`` line
+(``--process live``: daphne), sends one body of ``--size`` bytes with a ``Content-Length`` and one
 chunked, each as fast as loopback takes it, and reads the process's resident memory
 (``VmRSS``) and peak (``VmHWM``) from /proc before and after. Acceptance (issue 13): the
 web process stays within +20 MiB. Without the guard (``config/body_limit.py``) daphne
 read the whole body and queued it in memory: +910 MiB for 1 GiB in the issue's report.
 
-    python -m bench.body_limit [--size 1GiB] [--limit-mib 20]
+    python -m bench.body_limit [--process web|live] [--size 1GiB] [--limit-mib 20]
 
 Needs nothing but this repository (SQLite unless ``DATABASE_URL`` is set; no request
 reaches the database). Writes bench/results/body_limit.json; exits 1 over the limit.
@@ -32,12 +33,12 @@ MIB = 1024 * 1024
 PIECE = MIB
 
 
-def procfile_web() -> str:
+def procfile_line(process: str) -> str:
     for line in (ROOT / "Procfile").read_text().splitlines():
         name, _, command = line.partition(":")
-        if name.strip() == "web":
+        if name.strip() == process:
             return command.strip()
-    raise SystemExit("the Procfile has no web line")
+    raise SystemExit(f"the Procfile has no {process} line")
 
 
 def memory(pid: int) -> dict[str, float]:
@@ -99,6 +100,7 @@ def send_body(port: int, size: int, *, chunked: bool) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--process", default="web", choices=["web", "live"])
     parser.add_argument("--size", default="1GiB")
     parser.add_argument("--limit-mib", type=float, default=20.0)
     opts = parser.parse_args(argv)
@@ -109,10 +111,12 @@ def main(argv: list[str] | None = None) -> int:
         "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
         "HOST": "127.0.0.1",
         "PORT": str(port),
+        "LIVE_PORT": str(port),
+        "WEB_CONCURRENCY": "1",  # uvicorn in one process: the one measured
         "LOG_LEVEL": "WARNING",
     }
-    web = procfile_web()
-    # exec: the process measured is daphne itself, not a shell around it.
+    web = procfile_line(opts.process)
+    # exec: the process measured is the server itself, not a shell around it.
     proc = subprocess.Popen(
         ["bash", "-c", f"exec {web}"],
         cwd=ROOT,
@@ -155,8 +159,9 @@ def main(argv: list[str] | None = None) -> int:
         "requests": results,
     }
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / "body_limit.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(f"web process: {web}")
+    suffix = "" if opts.process == "web" else f"-{opts.process}"
+    (RESULTS_DIR / f"body_limit{suffix}.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(f"{opts.process} process: {web}")
     print(
         f"| request ({opts.size} body) | answer | sent before the server stopped it | RSS after |"
     )

@@ -1,8 +1,9 @@
 """The capacity headline: web and PostgreSQL cores per 1,000 live remote agents.
 
 N simulated remote agents speak the worker protocol over HTTP (docs/protocol.md) to K
-daphne processes started as the Procfile's ``web`` line runs them (``bench.common.daphne``:
-a pool of 8 database connections each); agent *i* talks to server *i mod K*. Each agent,
+web servers started as the Procfile's ``web`` line runs them (``bench.common.web_server``:
+uvicorn with a worker process per core, a pool of 8 database connections each; --server
+and --workers choose another); agent *i* talks to server *i mod K*. Each agent,
 after a start staggered over ``--ramp`` seconds so the load is smooth:
 
 - claims a run with a long-poll claim (``wait`` 20 s, lease 30 s, so ``heartbeat_seconds`` 10);
@@ -26,7 +27,7 @@ could not keep up; the scheduling lag says which side), p50/p95/p99 latency and 
 status and code. A claim's latency is not its long wait: it is the time from the moment
 its attempt was due (the person's answer came back, or the claim was sent, whichever is
 later) to the lease. CPU seconds over the window, as cores (CPU seconds / wall seconds),
-from /proc/<pid>/stat (utime + stime): the daphne processes; every ``postgres`` process
+from /proc/<pid>/stat (utime + stime): the web servers' processes; every ``postgres`` process
 (plus the children the postmaster reaped: backends that ended); the backends of this
 script's database only; ``redis-server`` (throttle counters); the client processes; and
 the whole machine from /proc/stat. The headline: web and PostgreSQL cores per 1,000 live
@@ -56,17 +57,19 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (
+    PRODUCTION_SERVER,
+    PRODUCTION_WORKERS,
+    SERVERS,
     Summary,
-    daphne,
     database_name,
     ms,
     person,
-    process_cpu_seconds,
     save_result,
     scratch_database,
     setup_django,
     table,
     verdict,
+    web_server,
     with_database,
 )
 
@@ -374,9 +377,9 @@ def machine_busy_seconds() -> float:
 
 
 class Snapshot:
-    def __init__(self, web_pids: list[int], client_pids: list[int], admin: Any, db: str) -> None:
+    def __init__(self, servers: list[Any], client_pids: list[int], admin: Any, db: str) -> None:
         self.t = time.monotonic()
-        self.web = sum(process_cpu_seconds(pid) for pid in web_pids)
+        self.web = sum(server.cpu_seconds() for server in servers)  # their worker processes too
         self.clients = sum(pids_cpu_seconds(client_pids).values())
         self.pg_all = processes_cpu_seconds("postgres")
         backends = [
@@ -394,7 +397,7 @@ def cpu_figures(before: Snapshot, after: Snapshot, agents: int) -> dict[str, dic
     wall = after.t - before.t
     common = set(before.pg_db) & set(after.pg_db)
     used = {
-        "web (daphne)": after.web - before.web,
+        "web": after.web - before.web,
         "PostgreSQL, all postgres processes": after.pg_all - before.pg_all,
         "PostgreSQL, this database's backends": sum(
             after.pg_db[p] - before.pg_db[p] for p in common
@@ -517,7 +520,10 @@ def run(opts: argparse.Namespace) -> dict[str, Any]:
         _, person_token = person("capacity-person", "operator")
         _, worker_token = worker_token_create(name="capacity")
         with contextlib.ExitStack() as stack:
-            servers = [stack.enter_context(daphne()) for _ in range(opts.servers)]
+            servers = [
+                stack.enter_context(web_server(opts.server, workers=opts.workers))
+                for _ in range(opts.servers)
+            ]
             _declare(servers[0].base, worker_token)
             print(f"preparing {n} queued runs ...", flush=True)
             t_prep = time.monotonic()
@@ -559,11 +565,10 @@ def run(opts: argparse.Namespace) -> dict[str, Any]:
             )
             db = database_name(url)
             with psycopg.connect(with_database(url, "postgres"), autocommit=True) as admin:
-                web_pids = [s.pid for s in servers]
                 time.sleep(max(0.0, w0 - time.monotonic()))
-                before = Snapshot(web_pids, client_pids, admin, db)
+                before = Snapshot(servers, client_pids, admin, db)
                 time.sleep(max(0.0, w1 - time.monotonic()))
-                after = Snapshot(web_pids, client_pids, admin, db)
+                after = Snapshot(servers, client_pids, admin, db)
             gathered = [out.get(timeout=120) for _ in children]
             for child in children:
                 child.join(timeout=30)
@@ -572,6 +577,8 @@ def run(opts: argparse.Namespace) -> dict[str, Any]:
         "seconds": opts.seconds,
         "ramp_seconds": opts.ramp,
         "servers": opts.servers,
+        "server": opts.server,
+        "workers": opts.workers,
         "client_procs": procs,
         "think_seconds": opts.think,
         "window_seconds": round(after.t - before.t, 2),
@@ -586,7 +593,8 @@ def report(figures: dict[str, Any]) -> None:
     calls, cpu, lags = figures["calls"], figures["cpu"], figures["lag_ms"]
     lag, loop = lags["timed_calls"], lags["event_loop"]
     print(
-        f"\nCapacity: {n} live remote agents, {figures['servers']} daphne process(es), "
+        f"\nCapacity: {n} live remote agents, {figures['servers']} x {figures['server']} "
+        f"({figures['workers']} process(es) each), "
         f"{figures['client_procs']} client process(es), {figures['window_seconds']:.0f} s "
         f"measured after a {figures['ramp_seconds']:.0f} s ramp (think time "
         f"~{figures['think_seconds']:g} s)"
@@ -651,7 +659,7 @@ def report(figures: dict[str, Any]) -> None:
             ],
         )
     )
-    web = cpu["web (daphne)"]["cores_per_1000_agents"]
+    web = cpu["web"]["cores_per_1000_agents"]
     pg = cpu["PostgreSQL, all postgres processes"]["cores_per_1000_agents"]
     pg_db = cpu["PostgreSQL, this database's backends"]["cores_per_1000_agents"]
     print(
@@ -707,7 +715,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--seconds", type=float, default=300, help="measured seconds after the ramp (300)"
     )
-    parser.add_argument("--servers", type=int, default=1, help="daphne processes (default 1)")
+    parser.add_argument(
+        "--servers", type=int, default=1, help="web servers on their own ports (default 1)"
+    )
+    parser.add_argument(
+        "--server", default=PRODUCTION_SERVER, choices=list(SERVERS), help="as the Procfile"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=PRODUCTION_WORKERS, help="processes per server"
+    )
     parser.add_argument(
         "--client-procs", type=int, default=1, help="load-generator processes (default 1)"
     )

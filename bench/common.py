@@ -253,6 +253,11 @@ SERVERS: dict[str, list[str]] = {
 }  # fmt: skip
 
 
+# The Procfile's web line: uvicorn, one worker process per core.
+PRODUCTION_SERVER = "uvicorn"
+PRODUCTION_WORKERS = os.cpu_count() or 1
+
+
 @contextlib.contextmanager
 def web_server(
     kind: str = "daphne",

@@ -1,6 +1,7 @@
 """Control operations over real HTTP: cancel, retry and resume at 1 and 4 concurrent clients.
 
-One web server (daphne unless --server says otherwise) serves the control API on this script's own database, configured
+The web server as the Procfile runs it (uvicorn, a worker process per core; --server and
+--workers choose another) serves the control API on this script's own database, configured
 as the Procfile's ``web`` line runs it (a psycopg pool of 8 connections; ``--pool 0``
 opens a connection per request instead); clients
 authenticate with a DRF token and send a fresh ``Idempotency-Key`` per operation
@@ -24,6 +25,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench.common import (
+    PRODUCTION_SERVER,
+    PRODUCTION_WORKERS,
     SERVERS,
     Summary,
     declare_bench_agent,
@@ -106,8 +109,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         default=8,
         help="DATABASE_POOL_SIZE of each server process (default 8, as the Procfile; 0: none)",
     )
-    parser.add_argument("--server", default="daphne", choices=list(SERVERS))
-    parser.add_argument("--workers", type=int, default=1, help="server processes")
+    parser.add_argument(
+        "--server", default=PRODUCTION_SERVER, choices=list(SERVERS), help="as the Procfile"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=PRODUCTION_WORKERS, help="server processes (one per core)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
     opts = parser.parse_args(argv)
     client_counts = parse_int_list(opts.clients)

@@ -5,8 +5,9 @@ and are driven one after the other by the same client code (``http_client``: htt
 keep-alive clients in 1 and 4 processes, ``bench.load.run_load``):
 
 - cancel. Holdpoint: ``POST /api/runs/{id}/cancel`` with a fresh ``Idempotency-Key`` on a
-  queued run (it ends ``cancelled``), one daphne process run as ``bench.common.daphne()``
-  runs it (the Procfile's ``web`` line: a psycopg pool of 8), DRF token auth.
+  queued run (it ends ``cancelled``), the web server as the Procfile's ``web`` line runs it
+  (uvicorn, a worker process per core, a psycopg pool of 8 each; ``--server`` and
+  ``--workers`` choose another), DRF token auth.
   Prefect: ``POST /api/flow_runs/{id}/set_state`` with ``{"state": {"type": "CANCELLING",
   "name": "Cancelling"}, "force": false}`` on a deployment-free flow run created beforehand.
   By default the run is SCHEDULED, which is what a queued run is to Prefect: its
@@ -65,10 +66,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (
+    PRODUCTION_SERVER,
+    PRODUCTION_WORKERS,
     ROOT,
+    SERVERS,
     _admin_connect,
     base_database_url,
-    daphne,
     database_name,
     declare_bench_agent,
     free_port,
@@ -80,6 +83,7 @@ from bench.common import (
     table,
     verdict,
     wait_for_http,
+    web_server,
     with_database,
 )
 from bench.load import LoadResult, Record, run_load, split
@@ -136,7 +140,10 @@ def prefect_versions(python: str) -> dict[str, str]:
 def holdpoint_versions() -> dict[str, str]:
     from importlib.metadata import version
 
-    return {name: version(name) for name in ("django", "daphne", "psycopg", "djangorestframework")}
+    return {
+        name: version(name)
+        for name in ("django", "uvicorn", "daphne", "psycopg", "djangorestframework")
+    }
 
 
 # --- CPU of a process tree -----------------------------------------------------------------------
@@ -426,6 +433,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         default=6.0,
         help="seconds of server CPU counted after each load (default 6)",
     )
+    parser.add_argument(
+        "--server", default=PRODUCTION_SERVER, choices=list(SERVERS), help="as the Procfile"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=PRODUCTION_WORKERS, help="Holdpoint's server processes"
+    )
     parser.add_argument("--keep", action="store_true", help="keep both scratch databases")
     opts = parser.parse_args(argv)
     client_counts = parse_int_list(opts.clients)
@@ -438,7 +451,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"Prefect {versions['prefect']['prefect']} (SQLAlchemy {versions['prefect']['sqlalchemy']},"
         f" asyncpg {versions['prefect']['asyncpg']}, uvicorn {versions['prefect']['uvicorn']});"
         f" Holdpoint on Django {versions['holdpoint']['django']},"
-        f" daphne {versions['holdpoint']['daphne']}",
+        f" uvicorn {versions['holdpoint']['uvicorn']}, daphne {versions['holdpoint']['daphne']}",
         flush=True,
     )
     peer_db = f"{database_name(base_database_url())}_prefect_peer"
@@ -457,7 +470,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"  prepared in {time.monotonic() - t0:.1f} s", flush=True)
 
         with (
-            daphne() as hp_server,
+            web_server(opts.server, workers=opts.workers) as hp_server,
             prefect_server(python, asyncpg_url(peer_url), opts.prefect_services) as (
                 pf_base,
                 pf_pid,
@@ -609,7 +622,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     print()
     print(
-        f"Holdpoint (daphne, DATABASE_POOL_SIZE=8, token auth, Idempotency-Key) vs Prefect "
+        f"Holdpoint ({opts.server} x{opts.workers}, DATABASE_POOL_SIZE=8, token auth, "
+        "Idempotency-Key) vs Prefect "
         f"{versions['prefect']['prefect']} (prefect server start, services: {opts.prefect_services}; "
         f"cancel from {prefect_state}); server CPU counted over the load + {opts.settle:g} s, less idle"
     )

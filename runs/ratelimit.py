@@ -90,9 +90,9 @@ def _peek(scope: str, ident: str, rate: tuple[int, int]) -> Verdict:
 
 
 def client_address(request: HttpRequest | Any) -> str:
-    """The client's address. Behind a reverse proxy daphne's ``--proxy-headers`` puts the
-    client's address here (deploy/systemd); Holdpoint never reads X-Forwarded-For itself,
-    which any client can write."""
+    """The client's address. Behind a reverse proxy the server's ``--proxy-headers`` puts
+    the client's address here (Procfile, deploy/systemd); Holdpoint never reads
+    X-Forwarded-For itself, which any client can write."""
     meta = getattr(request, "META", None) or {}
     return str(meta.get("REMOTE_ADDR") or "unknown")
 

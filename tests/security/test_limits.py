@@ -2,7 +2,8 @@
 read, declared (``Content-Length``) or streamed (chunked), for every kind of request.
 
 Two levels, both real: the project's ASGI application called as a server calls it, and
-daphne started as the Procfile starts it, spoken to over a socket. The memory figure
+the Procfile's web (uvicorn) and live (daphne) processes started as the Procfile starts
+them, spoken to over a socket. The memory figure
 (1 GiB sent, the web process within +20 MiB) is measured by ``bench/body_limit.py``.
 """
 
@@ -137,7 +138,7 @@ def test_a_body_within_the_limit_is_handled(requests_started: list[Any]) -> None
     assert len(requests_started) == 1
 
 
-# --- daphne, started as the Procfile starts it -------------------------------------------------
+# --- The web servers, started as the Procfile starts them -------------------------------------------------
 
 
 def _free_port() -> int:
@@ -146,14 +147,29 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def daphne_url() -> Iterator[tuple[str, int]]:
+def _procfile(name: str) -> str:
+    for line in (ROOT / "Procfile").read_text().splitlines():
+        if line.startswith(f"{name}:"):
+            return line.split(":", 1)[1].strip()
+    raise AssertionError(f"the Procfile has no {name} process")
+
+
+@pytest.fixture(scope="module", params=["web", "live"])
+def server_url(request: pytest.FixtureRequest) -> Iterator[tuple[str, int]]:
+    """The Procfile's web (uvicorn) or live (daphne) process, as the Procfile starts it."""
     port = _free_port()
-    env = {**os.environ, "HOLDPOINT_MAX_BODY_BYTES": str(LIMIT), "LOG_LEVEL": "WARNING"}
-    # The Procfile's web line, on a free port.
-    command = "-m daphne -b 127.0.0.1 -p {port} --proxy-headers config.asgi:application"
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+        "HOLDPOINT_MAX_BODY_BYTES": str(LIMIT),
+        "LOG_LEVEL": "WARNING",
+        "HOST": "127.0.0.1",
+        "PORT": str(port),
+        "LIVE_PORT": str(port),
+        "WEB_CONCURRENCY": "1",
+    }
     process = subprocess.Popen(
-        [sys.executable, *command.format(port=port).split()],
+        ["bash", "-c", f"exec {_procfile(request.param)}"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -166,7 +182,7 @@ def daphne_url() -> Iterator[tuple[str, int]]:
                 if sock.connect_ex(("127.0.0.1", port)) == 0:
                     break
             if time.monotonic() > deadline or process.poll() is not None:
-                raise RuntimeError("daphne did not start")
+                raise RuntimeError(f"the Procfile's {request.param} process did not start")
             time.sleep(0.2)
         yield ("127.0.0.1", port)
     finally:
@@ -198,37 +214,39 @@ def _parse(answer: bytes) -> tuple[int, dict[str, Any]]:
 
 
 @pytest.mark.process
-def test_daphne_refuses_a_declared_body_before_it_arrives(daphne_url: tuple[str, int]) -> None:
+def test_the_server_refuses_a_declared_body_before_it_arrives(
+    server_url: tuple[str, int],
+) -> None:
     head = (
         b"POST /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         + f"Content-Length: {1024**3}\r\n\r\n".encode()
     )
     # Only 64 KiB of the 1 GiB are ever sent: the answer must not wait for the rest.
-    status, problem = _parse(_exchange(daphne_url, head, iter([b"x" * CHUNK])))
+    status, problem = _parse(_exchange(server_url, head, iter([b"x" * CHUNK])))
     assert status == 413
     assert problem["code"] == "payload_too_large"
 
 
 @pytest.mark.process
-def test_daphne_cuts_a_chunked_body_at_the_limit(daphne_url: tuple[str, int]) -> None:
+def test_the_server_cuts_a_chunked_body_at_the_limit(server_url: tuple[str, int]) -> None:
     head = (
         b"POST /login/ HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
         b"Content-Type: application/x-www-form-urlencoded\r\n\r\n"
     )
     chunk = f"{CHUNK:x}\r\n".encode() + b"x" * CHUNK + b"\r\n"
     # Twice the limit, and never a last chunk: the answer comes at the limit.
-    status, problem = _parse(_exchange(daphne_url, head, iter([chunk] * (2 * LIMIT // CHUNK))))
+    status, problem = _parse(_exchange(server_url, head, iter([chunk] * (2 * LIMIT // CHUNK))))
     assert status == 413
     assert problem["code"] == "payload_too_large"
 
 
 @pytest.mark.process
-def test_daphne_still_serves_a_body_within_the_limit(daphne_url: tuple[str, int]) -> None:
+def test_the_server_still_serves_a_body_within_the_limit(server_url: tuple[str, int]) -> None:
     body = b'{"agent": "x"}'
     head = (
         b"POST /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
     )
-    status, problem = _parse(_exchange(daphne_url, head, iter([body])))
+    status, problem = _parse(_exchange(server_url, head, iter([body])))
     assert status == 401
     assert problem["code"] == "not_authenticated"

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS_DIR, ROOT, free_port, wait_for_http
+from bench.common import RESULTS_DIR, ROOT, free_port, stop_process, wait_for_http
 
 MIB = 1024 * 1024
 PIECE = MIB
@@ -138,12 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(result)
         after = memory(proc.pid)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
     growth = round(after["rss_mib"] - before["rss_mib"], 1)
     peak_growth = round(after["peak_mib"] - before["peak_mib"], 1)
     ok = growth <= opts.limit_mib and peak_growth <= opts.limit_mib

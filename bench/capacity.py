@@ -57,10 +57,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (
-    PRODUCTION_SERVER,
-    PRODUCTION_WORKERS,
-    SERVERS,
     Summary,
+    add_server_arguments,
     database_name,
     ms,
     person,
@@ -718,12 +716,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--servers", type=int, default=1, help="web servers on their own ports (default 1)"
     )
-    parser.add_argument(
-        "--server", default=PRODUCTION_SERVER, choices=list(SERVERS), help="as the Procfile"
-    )
-    parser.add_argument(
-        "--workers", type=int, default=PRODUCTION_WORKERS, help="processes per server"
-    )
+    add_server_arguments(parser, workers_help="processes per server")
     parser.add_argument(
         "--client-procs", type=int, default=1, help="load-generator processes (default 1)"
     )

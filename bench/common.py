@@ -258,6 +258,26 @@ PRODUCTION_SERVER = "uvicorn"
 PRODUCTION_WORKERS = os.cpu_count() or 1
 
 
+def add_server_arguments(parser: Any, *, workers_help: str = "server processes") -> None:
+    """``--server`` and ``--workers``, defaulting to the Procfile's web line."""
+    parser.add_argument(
+        "--server", default=PRODUCTION_SERVER, choices=list(SERVERS), help="as the Procfile"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=PRODUCTION_WORKERS, help=f"{workers_help} (one per core)"
+    )
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float = 10) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within ``timeout`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 @contextlib.contextmanager
 def web_server(
     kind: str = "daphne",
@@ -288,12 +308,7 @@ def web_server(
                 time.sleep(0.1)
         yield Server(base=base, pid=proc.pid)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
         if log:
             out.close()  # type: ignore[union-attr]
 

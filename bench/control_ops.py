@@ -25,10 +25,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench.common import (
-    PRODUCTION_SERVER,
-    PRODUCTION_WORKERS,
-    SERVERS,
     Summary,
+    add_server_arguments,
     declare_bench_agent,
     parse_int_list,
     person,
@@ -109,12 +107,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         default=8,
         help="DATABASE_POOL_SIZE of each server process (default 8, as the Procfile; 0: none)",
     )
-    parser.add_argument(
-        "--server", default=PRODUCTION_SERVER, choices=list(SERVERS), help="as the Procfile"
-    )
-    parser.add_argument(
-        "--workers", type=int, default=PRODUCTION_WORKERS, help="server processes (one per core)"
-    )
+    add_server_arguments(parser)
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
     opts = parser.parse_args(argv)
     client_counts = parse_int_list(opts.clients)

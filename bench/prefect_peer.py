@@ -66,11 +66,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (
-    PRODUCTION_SERVER,
-    PRODUCTION_WORKERS,
     ROOT,
-    SERVERS,
     _admin_connect,
+    add_server_arguments,
     base_database_url,
     database_name,
     declare_bench_agent,
@@ -80,6 +78,7 @@ from bench.common import (
     save_result,
     scratch_database,
     setup_django,
+    stop_process,
     table,
     verdict,
     wait_for_http,
@@ -262,12 +261,7 @@ def prefect_server(python: str, db_url: str, services: str) -> Iterator[tuple[st
             raise RuntimeError(f"Prefect's server exited ({proc.returncode}); see {log}")
         yield base, proc.pid
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout=15)
         out.close()
         shutil.rmtree(home, ignore_errors=True)
 
@@ -433,12 +427,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         default=6.0,
         help="seconds of server CPU counted after each load (default 6)",
     )
-    parser.add_argument(
-        "--server", default=PRODUCTION_SERVER, choices=list(SERVERS), help="as the Procfile"
-    )
-    parser.add_argument(
-        "--workers", type=int, default=PRODUCTION_WORKERS, help="Holdpoint's server processes"
-    )
+    add_server_arguments(parser, workers_help="Holdpoint's server processes")
     parser.add_argument("--keep", action="store_true", help="keep both scratch databases")
     opts = parser.parse_args(argv)
     client_counts = parse_int_list(opts.clients)

@@ -58,3 +58,34 @@ def test_answerrun_refuses_the_same_empty_answer(operator) -> None:
     with pytest.raises(CommandError, match="versions"):
         call_command("answerrun", run.pk, '{"versions": []}', "--as", operator.username)
     assert InputRequest.objects.get(pk=request.id).status == "pending"
+
+
+EMAIL_ONLY = {
+    "type": "object",
+    "properties": {"notify": {"type": "string", "format": "email"}},
+    "required": ["notify"],
+}
+
+
+def test_a_format_alone_is_enforced_by_the_api_and_the_form(operator) -> None:
+    # No pattern beside it: the one validator's format checker refuses it by itself.
+    from dashboard.schema_forms import SchemaForm
+
+    run, _lease, cp, request = interrupted(schema=EMAIL_ONLY)
+    before = snapshot(run.pk)
+    body = {"request_id": request.id, "checkpoint_id": cp.id, "value": {"notify": "nobody"}}
+    response = post(client_for(operator), f"/api/runs/{run.pk}/resume", body, key="fmt")
+    assert response.status_code == 422
+    assert [e["pointer"] for e in response.json()["errors"]] == ["/value/notify"]
+    assert snapshot(run.pk) == before
+
+    from django.http import QueryDict
+
+    refused = SchemaForm(EMAIL_ONLY, QueryDict("answer/notify=nobody"))
+    assert not refused.is_valid()
+    accepted = SchemaForm(EMAIL_ONLY, QueryDict("answer/notify=ops%40example.com"))
+    assert accepted.is_valid() and accepted.value == {"notify": "ops@example.com"}
+
+    body["value"] = {"notify": "ops@example.com"}
+    response = post(client_for(operator), f"/api/runs/{run.pk}/resume", body, key="fmt-ok")
+    assert response.status_code == 202

@@ -163,3 +163,40 @@ def test_it_finds_no_server_error_in_the_control_api(
             "GET /api/side-effects/{operation_id}",
         ],
     )
+
+
+def _api_routes() -> list[tuple[str, str]]:
+    """Every (path, method) the API's URLconf serves, with OpenAPI's path syntax."""
+    import re
+
+    from django.urls import URLPattern
+
+    from api import urls
+
+    routes = []
+    for pattern in urls.urlpatterns:
+        assert isinstance(pattern, URLPattern)
+        view_class = getattr(pattern.callback, "view_class", None)
+        if view_class is None or "schema" in str(pattern.pattern):
+            continue
+        path = "/api/" + re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", str(pattern.pattern))
+        for method in ("get", "post", "put", "patch", "delete"):
+            if hasattr(view_class, method):
+                routes.append((path, method))
+    return routes
+
+
+def test_it_documents_every_route_of_the_api_and_its_worker_protocol(
+    openapi: dict[str, Any],
+) -> None:
+    routes = _api_routes()
+    assert sum(path.startswith("/api/worker/") for path, _ in routes) >= 10
+    for path, method in routes:
+        operation = openapi["paths"].get(path, {}).get(method)
+        assert operation is not None, f"{method.upper()} {path} is not in the schema"
+        responses = operation["responses"]
+        assert any(code.startswith("2") for code in responses), f"{method} {path}: no 2xx"
+        problems = [code for code in responses if code.startswith(("4", "5"))]
+        assert problems, f"{method.upper()} {path} documents no error"
+        if method in ("post", "put"):
+            assert "requestBody" in operation, f"{method.upper()} {path} documents no body"

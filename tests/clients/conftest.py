@@ -133,11 +133,13 @@ def executions(tool_dir: Path) -> list[str]:
 LEASE = 3.0
 
 
-def wait_until_the_server_is_idle(timeout: float = 15.0) -> None:
-    """Before the test's database is flushed: no other session of the live server is in
-    a transaction any more (a request of a worker stopped a moment ago may still be
-    running; TRUNCATE beside it can deadlock and fail the flush)."""
+def wait_until_the_server_is_idle(timeout: float = 15.0, quiet: float = 1.5) -> None:
+    """Before the test's database is flushed: no other session of the live server has been
+    in a transaction for ``quiet`` seconds (a request of a worker stopped a moment ago may
+    still be running, and a long poll whose client left tries once more within a second;
+    TRUNCATE beside either can deadlock and fail the flush)."""
     deadline = time.monotonic() + timeout
+    idle_since: float | None = None
     while time.monotonic() < deadline:
         with connection.cursor() as cursor:
             cursor.execute(
@@ -146,7 +148,12 @@ def wait_until_the_server_is_idle(timeout: float = 15.0) -> None:
                 "AND state <> 'idle'"
             )
             (busy,) = cursor.fetchone()
-        if not busy:
+        now = time.monotonic()
+        if busy:
+            idle_since = None
+        elif idle_since is None:
+            idle_since = now
+        elif now - idle_since >= quiet:
             return
         time.sleep(0.1)
 

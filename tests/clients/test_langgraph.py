@@ -244,7 +244,12 @@ def test_a_graph_run_pauses_at_a_node_boundary_and_continue_finishes_it_without_
     )
     wait_status(run_id, "succeeded", timeout=40)
     assert Run.objects.get(pk=run_id).result == {"steps": steps, "pause": 0.1, "n": steps}
-    # Every tick ran once and acted once: nothing before the pause ran again after it.
-    assert nodes(tool_dir).count("tick") == steps
+    # Every tick acted once, and ran once unless its attempt's lease ran out (a worker
+    # slowed by a busy machine): a lost attempt's node runs again and its act is looked
+    # up, not repeated. Nothing that finished before the pause runs again after it.
+    lost = RunEvent.objects.filter(run_id=run_id, type="attempt.lost").count()
+    ticks = nodes(tool_dir).count("tick")
+    history = list(RunEvent.objects.filter(run_id=run_id).values_list("type", flat=True))
+    assert steps <= ticks <= steps + lost, history
     keys = [line.split()[0] for line in executions(tool_dir)]
     assert len(keys) == steps and len(set(keys)) == steps

@@ -16,7 +16,9 @@ pytestmark = pytest.mark.redis
 
 
 def cache_object() -> RedisCache:
-    return RedisCache(os.environ["REDIS_URL"], {"KEY_PREFIX": "hp-test-cache"})
+    # Options of its own: a client no earlier test in this process has used.
+    options = {"socket_timeout": 4.25}
+    return RedisCache(os.environ["REDIS_URL"], {"KEY_PREFIX": "hp-test-cache", "OPTIONS": options})
 
 
 def test_cache_objects_of_other_threads_share_one_connection() -> None:

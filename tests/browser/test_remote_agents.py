@@ -1,7 +1,16 @@
-"""Remote agents in the browser: a run of each kind of remote worker — the Python client,
-a LangGraph graph through it, and the TypeScript client — started from the dashboard,
-asking, answered in the browser, acting exactly once through a SIGKILL of its worker,
-cancelled, paused and continued, and ending with its report.
+"""Remote agents in the browser, for each kind of remote worker: the Python client, a
+LangGraph graph through it, and the TypeScript client.
+
+For each kind, a run started from the dashboard is answered in the browser (the Python and
+TypeScript deploys: a question, then an approval; the LangGraph review: its interrupt as an
+approval card), acts once through a SIGKILL of its worker, is finished by the next worker
+and shows its report; the tool's executions log holds one execution. The Python and
+TypeScript workers are killed after the act is recorded, while the step lingers; the
+LangGraph worker inside the node, after the act and before its outcome is reported, and
+the next worker looks the act up. For each kind, two looping runs started through the
+services are one cancelled and one paused and continued from the browser (the LangGraph
+cancel lands inside a node, which then does not act). The LangGraph review card is also
+edited before approving and sent back with a comment.
 
 The workers are real ``holdpoint-worker`` processes (Python and Node) talking HTTP to the
 live server of the browser tests; expired leases are swept by the test, as a ``runagents``
@@ -250,16 +259,86 @@ def test_a_langgraph_review_is_an_approval_card_edited_or_sent_back_in_the_brows
     assert len(executions(tool_dir)) == 1
 
 
-def test_a_typescript_client_run_end_to_end(
+def test_a_langgraph_run_killed_after_its_act_inside_a_node_acts_once(
     new_page: Any, operator: User, approver: User, remote: Any, tool_dir: Path
 ) -> None:
+    pytest.importorskip("langgraph")
+    (tool_dir / "hang-after-execute").touch()
+    first = remote("py", "lg-first")
+    olivia = new_page()
+    login(olivia, "olivia")
+    run_id = start_from_dashboard(olivia, "lg-review", {"request": "note"})
+    alice = new_page()
+    login(alice, "alice")
+    approve(alice, run_id)
+    # run_tool touched the world and hangs before saying so; its worker dies there.
+    settle(lambda: (tool_dir / "hanging").exists(), "the act to hang")
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    remote("py", "lg-second")
+    status_is(run_id, "succeeded")
+    alice.goto(f"/runs/{run_id}/")
+    expect(alice.locator(f"#run-{run_id}-status")).to_have_text("Succeeded")
+    expect(alice.locator(f"#run-{run_id}-report")).to_contain_text("folder")
+    shot(alice, "remote-langgraph-succeeded")
+    # The next worker ran the node again, looked the act up and did not repeat it.
+    [execution] = executions(tool_dir)
+    assert execution.split()[1] == str(first.pid)
+    assert (tool_dir / "nodes.log").read_text().count("run_tool") == 2
+    types = set(RunEvent.objects.filter(run_id=run_id).values_list("type", flat=True))
+    assert {"side_effect.look_up", "side_effect.confirmed"} <= types
+    assert Run.objects.get(pk=run_id).result["review"] == "accepted"
+
+
+def test_a_langgraph_run_is_cancelled_and_another_paused_from_the_browser(
+    page: Any, operator: User, remote: Any, tool_dir: Path
+) -> None:
+    pytest.importorskip("langgraph")
+    remote("py", "lg-loops")
+    # The first tick sleeps a minute inside the node: the cancel lands there.
+    cancelled = services.run_start(
+        agent="lg-loop", input={"steps": 5, "pause": 0.1, "hold_at": 0}, user=operator
+    ).id
+    paused = services.run_start(agent="lg-loop", input={"steps": 2, "pause": 3}, user=operator).id
+    login(page, "olivia")
+    status_is(cancelled, "running")
+    nodes = tool_dir / "nodes.log"
+    settle(lambda: nodes.exists() and "tick" in nodes.read_text(), "the first tick")
+    page.goto(f"/runs/{cancelled}/")
+    page.get_by_text("Cancel run…").click()
+    page.get_by_label(re.compile("Reason")).fill("Wrong service")
+    page.get_by_role("button", name="Cancel this run").click()
+    expect(page.locator(f"#run-{cancelled}-status")).to_have_text("Cancelled", timeout=20_000)
+
+    status_is(paused, "running")
+    page.goto(f"/runs/{paused}/")
+    page.get_by_text("Pause…").click()
+    page.locator("#pause-reason").fill("Look first")
+    page.get_by_role("button", name="Pause this run").click()
+    expect(page.locator(f"#run-{paused}-status")).to_have_text("Paused", timeout=20_000)
+    page.locator(f"#run-{paused}-paused").get_by_role("button", name="Continue").click()
+    expect(page.locator(".flash-success")).to_contain_text("Run continued")
+    status_is(paused, "succeeded")
+    assert Run.objects.get(pk=paused).result == {"steps": 2, "pause": 3, "n": 2}
+    # The cancelled tick did not act; each of the other run's two ticks acted once.
+    keys = [line.split()[0] for line in executions(tool_dir)]
+    assert len(keys) == 2 and len(set(keys)) == 2
+
+
+def require_ts_client() -> None:
     if shutil.which("node") is None or not (TS_CLIENT / "dist" / "cli.js").exists():
         if os.environ.get("CI") and shutil.which("npm"):
             subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=TS_CLIENT, check=True)
             subprocess.run(["npm", "run", "build"], cwd=TS_CLIENT, check=True)
         else:
             pytest.skip("the TypeScript client is not built (npm ci && npm run build)")
-    remote("ts", "ts-browser")
+
+
+def test_a_typescript_client_run_end_to_end_through_a_worker_kill(
+    new_page: Any, operator: User, approver: User, remote: Any, tool_dir: Path
+) -> None:
+    require_ts_client()
+    first = remote("ts", "ts-first", HOLDPOINT_TEST_LINGER="60")
     olivia = new_page()
     login(olivia, "olivia")
     run_id = start_from_dashboard(olivia, "ts-deploy", {"service": "billing"})
@@ -267,8 +346,48 @@ def test_a_typescript_client_run_end_to_end(
     alice = new_page()
     login(alice, "alice")
     approve(alice, run_id)
+    # The side effect happens once; then the node worker dies while the step lingers.
+    settle(
+        lambda: RunEvent.objects.filter(run_id=run_id, type="side_effect.confirmed").exists(),
+        "the side effect",
+    )
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    remote("ts", "ts-second")
     status_is(run_id, "succeeded")
     alice.goto(f"/runs/{run_id}/")
     expect(alice.locator(f"#run-{run_id}-status")).to_have_text("Succeeded")
     expect(alice.locator(f"#run-{run_id}-report")).to_contain_text("folder")
-    assert len(executions(tool_dir)) == 1
+    shot(alice, "remote-typescript-succeeded")
+    # One execution, by the worker that was killed; the second one finished without acting.
+    [execution] = executions(tool_dir)
+    assert execution.split()[1] == str(first.pid)
+    assert Run.objects.get(pk=run_id).result["deployed"] is True
+
+
+def test_a_typescript_client_run_is_cancelled_and_another_paused_from_the_browser(
+    page: Any, operator: User, remote: Any
+) -> None:
+    require_ts_client()
+    remote("ts", "ts-loops")
+    # Slow steps, as for the Python client: a checkpoint re-renders the run page.
+    cancelled = services.run_start(agent="ts-loop", input={"pause": 5}, user=operator).id
+    paused = services.run_start(agent="ts-loop", input={"pause": 3, "steps": 2}, user=operator).id
+    login(page, "olivia")
+    status_is(cancelled, "running")
+    page.goto(f"/runs/{cancelled}/")
+    page.get_by_text("Cancel run…").click()
+    page.get_by_label(re.compile("Reason")).fill("Wrong service")
+    page.get_by_role("button", name="Cancel this run").click()
+    expect(page.locator(f"#run-{cancelled}-status")).to_have_text("Cancelled", timeout=20_000)
+
+    status_is(paused, "running")
+    page.goto(f"/runs/{paused}/")
+    page.get_by_text("Pause…").click()
+    page.locator("#pause-reason").fill("Look first")
+    page.get_by_role("button", name="Pause this run").click()
+    expect(page.locator(f"#run-{paused}-status")).to_have_text("Paused", timeout=20_000)
+    page.locator(f"#run-{paused}-paused").get_by_role("button", name="Continue").click()
+    expect(page.locator(".flash-success")).to_contain_text("Run continued")
+    status_is(paused, "succeeded")
+    assert Run.objects.get(pk=paused).result == {"n": 2}

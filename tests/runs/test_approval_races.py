@@ -168,11 +168,11 @@ def test_an_edit_racing_an_approval_ends_in_one_order_and_counts_no_approval_of_
     carols: dict[str, Any] = {"decision": "approve"}
     if form == "dashboard":
         carols["edited"] = PLAN
-    # What each person looked at when they approved (carol over the API: whatever is on the
-    # table when her approval takes the lock, by the API's definition).
-    saw = {"alice": PLAN, "bob": EDIT, "carol": PLAN}
     outcomes = set()
     for _ in range(ROUNDS // 2):
+        # What each person approved (carol over the API: whatever is on the table when her
+        # approval takes the lock, by the API's definition; set below).
+        saw = {"alice": PLAN, "bob": EDIT, "carol": PLAN}
         run, _lease, cp, request = _editable_approval()
         _decide(run, cp, request, alice, {"decision": "approve"})
         edited, approved = race(

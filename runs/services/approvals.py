@@ -76,6 +76,8 @@ def approval_decide(
     policy = policy_of(request.policy)
     decision = answer["decision"]
     edit = answer.get("edited")
+    # An edit resets the approvals given in the round it ends (the first edit too).
+    resets = edit is not None and bool(approvals_so_far(request))
     if edit is not None:
         request.edit_round += 1
         request.edited = edit
@@ -104,7 +106,7 @@ def approval_decide(
                     "approvals": len(given),
                     "required": policy["required"],
                     "edited": edit,
-                    "reset": edit is not None and request.edit_round > 1,
+                    "reset": resets,
                     "comment": answer.get("comment", ""),
                 },
             )

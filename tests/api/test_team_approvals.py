@@ -199,6 +199,12 @@ def test_an_edit_resets_the_approvals_given_before_it(approver) -> None:
     assert shown["approvals_needed"] == 1  # alice approved something else
     assert shown["edited"] == edited
     assert [(a["by"], a["counts"]) for a in shown["approvals"]] == [("alice", False), ("bob", True)]
+    # The timeline's event says so: bob's edit (the first) reset alice's approval.
+    events = RunEvent.objects.filter(run=run, type="approval.given").order_by("seq")
+    assert [(e.payload["by"], e.payload["reset"]) for e in events] == [
+        ("alice", False),
+        ("bob", True),
+    ]
     # Alice may approve again: the edited arguments are new to her.
     response = decide(approver, run, cp, request, {"decision": "approve"}, "a-again")
     assert response.status_code == 202

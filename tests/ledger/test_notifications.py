@@ -1,6 +1,7 @@
 """The notification outbox (issue 18): written with the request, sent by the sweep outside
-any transaction, once per key, at most one e-mail per person per minute (a digest for the
-rest), reminders, escalation, nothing after a decision, per-person opt-out, group webhooks."""
+any transaction, once per key (two sweepers at once too, on PostgreSQL), at most one e-mail
+per person per minute (a digest for the rest), reminders, escalation, nothing after a
+decision, per-person opt-out, group webhooks."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from runs.approvals import parse_policy
 from runs.models import AgentApprovalPolicy, Notification, NotificationPreference
 from tests.conftest import _user
 from tests.runs.factory import AGENT, interrupted
+from tests.runs.test_races import ROUNDS, race
 from tests.security.outbound_receiver import Recorder, json_body, recording_receiver
 
 pytestmark = pytest.mark.django_db
@@ -230,3 +232,45 @@ def test_a_sender_that_crashed_mid_send_leaves_it_to_the_next_with_the_same_key(
     assert message.extra_headers["X-Holdpoint-Key"] == row.key
     row.refresh_from_db()
     assert row.status == "sent" and row.attempts == 2
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("state", ["due", "lease ran out"])
+def test_two_sweepers_at_once_send_one_message_per_key_and_record_it_sent_once(
+    settings: Any, state: str
+) -> None:
+    """Two sweepers (threads released together) on one notification that is due, or whose
+    sweeper died holding it (``sending``, its lease run out): one claims it and sends it,
+    the other finds nothing; the real mail backend (locmem, which every thread shares)
+    holds one message with its key, and the row is ``sent`` once, with one more attempt.
+    Repeated 25 times per state.
+
+    How this fails: if the claim read due rows without ``FOR UPDATE SKIP LOCKED`` (or
+    committed only after sending), both sweepers would take the row and send it, two
+    messages with one key; if recording did not check the row is still the claimer's, the
+    loser could write over the winner's outcome (``sent_at``, ``attempts``).
+    """
+    settings.HOLDPOINT_NOTIFY_REMIND_SHARE = 0  # one row per request: the pending one
+    settings.HOLDPOINT_NOTIFY_MIN_INTERVAL_SECONDS = 0  # each round's message goes at once
+    alice = person("alice")
+    for _ in range(ROUNDS // 2):
+        mail.outbox.clear()
+        run, _lease, _cp, req = approval()
+        (row,) = Notification.objects.filter(request=req)
+        assert (row.status, row.user, row.attempts) == ("pending", alice, 0)
+        if state == "lease ran out":
+            Notification.objects.filter(pk=row.pk).update(
+                status="sending", attempts=1, locked_until=timezone.now() - dt.timedelta(seconds=1)
+            )
+        first, second = race(notifications_send, notifications_send)
+        assert sorted([first, second]) == [0, 1], (first, second)
+        assert [m.extra_headers["X-Holdpoint-Key"] for m in mail.outbox] == [row.key]
+        assert mail.outbox[0].to == ["alice@example.com"]
+        row.refresh_from_db()
+        assert (row.status, row.message_key, row.locked_until) == ("sent", row.key, None)
+        assert row.attempts == (1 if state == "due" else 2)
+        assert row.sent_at is not None and row.last_error == ""
+        # And nothing is left for a later sweep.
+        assert notifications_send() == 0 and len(mail.outbox) == 1
+        services.run_cancel(run_id=run.id, reason="next round")

@@ -46,10 +46,15 @@ def epochs(lease: Lease) -> dict[str, Any]:
 
 
 def interrupted(
-    kind: str = "input_required", schema: Any = None, expires_in: float = 3600, **kw: Any
+    kind: str = "input_required",
+    schema: Any = None,
+    expires_in: float = 3600,
+    started_by: Any = None,
+    **kw: Any,
 ) -> tuple[Run, Lease, Any, Any]:
-    """A run waiting for input: (run, lease, checkpoint, request)."""
-    run = start()
+    """A run waiting for input: (run, lease, checkpoint, request); ``started_by`` is the
+    person who started the run (none: the system)."""
+    run = start() if started_by is None else start(user=started_by)
     lease = claim()
     cp = services.checkpoint_save(**epochs(lease), step="ask", state={"seen": 1})
     extra: dict[str, Any] = {}

@@ -203,6 +203,8 @@ def test_the_card_says_who_was_notified_and_when(client: Client, approver: User,
     notifications_send()
     card = card_html(client.get("/").content.decode(), req.id)
     assert "Notified 2 people" in card
+    # No group has a webhook: the e-mails' blank group is no "1 group webhook".
+    assert "webhook" not in card
 
 
 def test_the_profile_page_is_throttled_and_takes_hostile_input_calmly(

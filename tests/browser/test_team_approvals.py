@@ -238,6 +238,35 @@ def test_the_person_who_started_the_run_sees_why_they_may_not_approve_it(
     assert req.answer["decision"] == "approve"
 
 
+def test_a_person_outside_the_policys_groups_sees_why_and_a_member_decides(
+    new_page: Any, approver: User
+) -> None:
+    managers, _ = Group.objects.get_or_create(name="release-managers")
+    _user("dave", "approver").groups.add(managers)
+    AgentApprovalPolicy.objects.create(
+        agent=AGENT, policy=parse_policy({"groups": ["release-managers"]})
+    )
+    _run, _lease, _cp, req = ask(kind="auth_required", action=ACTION)
+
+    alice = new_page()
+    login(alice, "alice")
+    card = open_request(alice, req.id)
+    expect(card.locator(".who-can")).to_contain_text(
+        "Only members of release-managers may decide this approval. Who may approve: dave."
+    )
+    for name in ("Approve and run update_auth_config", "Deny update_auth_config"):
+        expect(card.get_by_role("button", name=name)).to_be_disabled()
+
+    dave = new_page()
+    login(dave, "dave")
+    card = open_request(dave, req.id)
+    expect(card.locator(".who-can")).to_have_count(0)
+    card.get_by_role("button", name="Approve and run update_auth_config").click()
+    expect(card).to_contain_text("Approved by dave")
+    req.refresh_from_db()
+    assert req.status == "answered"
+
+
 # --- Reminders and escalation ----------------------------------------------------------------
 
 CLOCK = r"(\w{3} \d{1,2}, )?\d{2}:\d{2}"  # "14:02" today, "Nov 28, 14:02" another day

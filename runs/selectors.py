@@ -203,7 +203,7 @@ def paused_for_user(*, user: Actor) -> QuerySet[InputRequest]:
 def notifications_summary(request: InputRequest) -> list[dict[str, Any]]:
     """Who was told about ``request`` and when, by kind (pending, reminder, escalation):
     ``{kind, people, groups, first_at, escalated_to}`` for the messages actually sent."""
-    from django.db.models import Count, Min
+    from django.db.models import Count, Min, Q
 
     from runs.models import Notification
 
@@ -212,7 +212,9 @@ def notifications_summary(request: InputRequest) -> list[dict[str, Any]]:
         .values("kind")
         .annotate(
             people=Count("user", distinct=True),
-            groups=Count("group", distinct=True),
+            # The group webhooks only: an e-mail's ``group`` is blank (or, for an
+            # escalation, the group its person was told as a member of).
+            groups=Count("group", distinct=True, filter=Q(channel="webhook")),
             first_at=Min("sent_at"),
         )
         .order_by("first_at")

@@ -161,6 +161,28 @@ def test_a_member_of_no_allowed_group_sees_disabled_buttons_and_the_groups(
     assert "Only members of release-managers may decide this approval." in card
 
 
+def test_a_live_push_for_one_person_says_why_too(approver: User) -> None:
+    """A live push renders the card for a ``live.roles.Person`` (pk and permissions, no
+    ``groups``): it says why as the page does, instead of "could not be shown"."""
+    from django.contrib.auth.models import Group
+
+    from dashboard.views.cards import build_card
+    from live.roles import Person, Role
+
+    dave = _user("dave", "approver")
+    dave.groups.add(Group.objects.get_or_create(name="release-managers")[0])
+    req = approval({"groups": ["release-managers"]})
+    role = Role(frozenset(approver.get_all_permissions()))
+    card = build_card(req, user=Person(approver.pk, role), origin="inbox")
+    assert card.broken == ""
+    assert "Only members of release-managers may decide this approval." in card.who_can
+    card = build_card(req, user=Person(dave.pk, role), origin="inbox")
+    assert card.broken == "" and card.can_answer
+    # Shared by everyone with these permissions (the run page's push): nobody in particular.
+    card = build_card(req, user=role, origin="run")
+    assert card.broken == ""
+
+
 def text_of(html: str) -> str:
     import html as html_module
 
@@ -203,6 +225,8 @@ def test_the_card_says_who_was_notified_and_when(client: Client, approver: User,
     notifications_send()
     card = card_html(client.get("/").content.decode(), req.id)
     assert "Notified 2 people" in card
+    # No group has a webhook: the e-mails' blank group is no "1 group webhook".
+    assert "webhook" not in card
 
 
 def test_the_profile_page_is_throttled_and_takes_hostile_input_calmly(

@@ -213,6 +213,10 @@ def _write_schema(request: type[serializers.Serializer], ok: Any, *codes: str) -
 class WorkerHeartbeatApi(WorkerApiView):
     """Renew the lease; the answer says whether the run was cancelled (then release)."""
 
+    idempotency_in_transaction = (
+        True  # only rows change: the record joins the service's transaction
+    )
+
     class InputSerializer(LeaseInput):
         class Meta:
             ref_name = "WorkerHeartbeatInput"
@@ -280,6 +284,10 @@ class WorkerCheckpointApi(WorkerApiView):
     The answer's ``pause_requested`` says whether to stop at this boundary (release
     ``paused``) instead of running the step."""
 
+    idempotency_in_transaction = (
+        True  # only rows change: the record joins the service's transaction
+    )
+
     class InputSerializer(FencedInput):
         class Meta:
             ref_name = "WorkerCheckpointInput"
@@ -309,6 +317,10 @@ class WorkerInterruptApi(WorkerApiView):
     an ``auth_required`` request takes ``action`` (tool, target, planned change,
     reversibility) and always the approval schema ``{decision, comment}``.
     """
+
+    idempotency_in_transaction = (
+        True  # only rows change: the record joins the service's transaction
+    )
 
     class InputSerializer(FencedInput):
         class Meta:

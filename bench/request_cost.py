@@ -282,6 +282,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"/api/worker/attempts/{lease.attempt_id}/heartbeat",
                 auth=worker,
                 body={"lease_epoch": lease.lease_epoch, "lease_seconds": 3600},
+                key=f"h-{uuid.uuid4()}",  # as holdpoint_client and the TypeScript client send
             )
 
         step = iter(range(10**9))
@@ -298,6 +299,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     "step": f"s{next(step)}",
                     "state": {"k": "v"},
                 },
+                key=f"k-{uuid.uuid4()}",
             )
 
         def no_route() -> str:

@@ -31,8 +31,9 @@ default); the sweep removes them after that, and an expired record that is still
 there counts as absent.
 
 **In one transaction** (``in_transaction=True``, PostgreSQL): when ``execute`` is one
-service call whose only effects are rows (the control operations; never a call that
-reaches outside the database, such as the ledger's), the record is written as
+service call whose only effects are rows (the control operations, and a worker's
+heartbeat, checkpoint and interrupt; never a call that reaches outside the database,
+such as the ledger's), the record is written as
 ``completed`` in the service's own transaction, after its work and before its commit
 (services join it through ``joinable``). One commit instead of three, and no
 in-progress record at all: the unique constraint still decides who is first. A

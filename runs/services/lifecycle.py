@@ -335,7 +335,7 @@ def attempt_claim(
     return _lease_for(run, attempt, seconds)
 
 
-@transaction.atomic(durable=True)
+@joinable
 def attempt_heartbeat(
     *,
     attempt_id: str,
@@ -454,7 +454,7 @@ def _finish_cancel(run: Run, *, now: Any, actor: str) -> None:
     append_event(run, EventType.RUN_CANCELLED, actor, {"cancel_epoch": run.cancel_epoch})
 
 
-@transaction.atomic(durable=True)
+@joinable
 def checkpoint_save(
     *,
     attempt_id: str,
@@ -537,7 +537,7 @@ def _expires_at(expires_in: Any, expires_at: Any) -> dt.datetime:
     return now + dt.timedelta(seconds=seconds)
 
 
-@transaction.atomic(durable=True)
+@joinable
 def attempt_interrupt(
     *,
     attempt_id: str,

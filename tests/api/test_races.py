@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from django.db import connections
+from rest_framework.test import APIClient
 
 from runs import services
 from runs.models import Attempt, IdempotencyRecord, Run, RunEvent
@@ -168,3 +169,31 @@ def test_it_lets_only_the_current_lease_holder_write_when_old_and_new_race(opera
     assert stale.status_code == 409 and stale.json()["code"] == "stale_worker"
     assert current.status_code == 201
     assert list(Checkpoint.objects.filter(run=run).values_list("step", flat=True)) == ["from-new"]
+
+
+def test_it_saves_one_checkpoint_for_ten_identical_worker_requests(operator) -> None:
+    # A worker's checkpoint writes its Idempotency-Key record in its own transaction
+    # (api/worker.py, idempotency_in_transaction): the losers roll their work back.
+    start()
+    claimer = worker_client("w-same-key")
+    lease = post(claimer, "/api/worker/claim", {"worker_id": "w1"}).json()
+    token = claimer._credentials["HTTP_AUTHORIZATION"]
+    clients = []
+    for _ in range(10):
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=token)  # the claiming worker's own token
+        clients.append(client)
+    url = f"/api/worker/attempts/{lease['attempt_id']}/checkpoint"
+    body = {
+        "lease_epoch": lease["lease_epoch"],
+        "cancel_epoch": lease["cancel_epoch"],
+        "step": "next",
+        "state": {"n": 1},
+    }
+    responses = race(*[lambda c=c: post(c, url, body, key="same-checkpoint") for c in clients])
+    winner = assert_one_winner_and_replays(responses, 201)
+    assert winner.json()["step"] == "next"
+    run = Run.objects.get()
+    assert run.checkpoints.count() == 1
+    assert RunEvent.objects.filter(run=run, type="checkpoint.saved").count() == 1
+    assert IdempotencyRecord.objects.get(key="same-checkpoint").state == "completed"

@@ -33,7 +33,7 @@ from bench.common import (
     table,
     web_server,
 )
-from bench.control_ops import _queued_runs
+from bench.control_ops import _queued_runs, http_client
 from bench.load import Record, baseline, run_load, split
 
 
@@ -47,19 +47,6 @@ def get_client(items: Any, args: dict[str, Any], record: Record, ready: Any) -> 
         for path in items:
             t0 = time.perf_counter()
             response = client.get(path)
-            record(time.perf_counter() - t0, str(response.status_code))
-
-
-def post_client(items: Any, args: dict[str, Any], record: Record, ready: Any) -> None:
-    import httpx
-
-    headers = {"Authorization": f"Token {args['token']}"}
-    with httpx.Client(base_url=args["base"], headers=headers, timeout=60) as client:
-        client.get("/healthz")
-        ready()
-        for path, body, key in items:
-            t0 = time.perf_counter()
-            response = client.post(path, json=body, headers={"Idempotency-Key": key})
             record(time.perf_counter() - t0, str(response.status_code))
 
 
@@ -97,7 +84,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 run_load(get_client, [[f"/api/runs/{warm}"] * 50] * workers, args)
                 ops = {
                     "cancel": (
-                        post_client,
+                        http_client,
                         [
                             (f"/api/runs/{r}/cancel", {"reason": "bench"}, f"s-{uuid.uuid4()}")
                             for r in cancel_ids

@@ -49,19 +49,20 @@ class RedisCache(DjangoRedisCache):
     def __init__(self, server: Any, params: dict[str, Any]) -> None:
         super().__init__(server, params)
         self._class = ReusingRedisCacheClient
+        parent: Any = self  # the parent's private attributes have no stubs
+        self._client_key = (tuple(parent._servers), repr(sorted(parent._options.items())))
 
     @property
     def _cache(self) -> ReusingRedisCacheClient:
         """The process's client for these servers and options (see the module's doc)."""
-        parent: Any = self  # the parent's private attributes have no stubs
-        servers, options = parent._servers, parent._options
-        key = (tuple(servers), repr(sorted(options.items())))
-        client = _clients.get(key)
+        client = _clients.get(self._client_key)
         if client is None:
             with _clients_lock:
-                client = _clients.get(key)
+                client = _clients.get(self._client_key)
                 if client is None:
-                    client = _clients[key] = ReusingRedisCacheClient(servers, **options)
+                    parent: Any = self
+                    client = ReusingRedisCacheClient(parent._servers, **parent._options)
+                    _clients[self._client_key] = client
         return client
 
     def incr_window(self, key: str, timeout: int) -> int:

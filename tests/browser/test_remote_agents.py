@@ -154,6 +154,27 @@ def approve(page: Any, run_id: str) -> None:
     expect(page.locator(f"#run-{run_id}-main .flash-success")).to_contain_text("Approved.")
 
 
+def cancel_in_browser(page: Any, run_id: str) -> None:
+    page.goto(f"/runs/{run_id}/")
+    page.get_by_text("Cancel run…").click()
+    page.get_by_label(re.compile("Reason")).fill("Wrong service")
+    page.get_by_role("button", name="Cancel this run").click()
+    expect(page.locator(f"#run-{run_id}-status")).to_have_text("Cancelled", timeout=20_000)
+
+
+def pause_and_continue_in_browser(page: Any, run_id: str) -> None:
+    """Pause a running run from its page, continue it there, and wait for it to succeed."""
+    status_is(run_id, "running")
+    page.goto(f"/runs/{run_id}/")
+    page.get_by_text("Pause…").click()
+    page.locator("#pause-reason").fill("Look first")
+    page.get_by_role("button", name="Pause this run").click()
+    expect(page.locator(f"#run-{run_id}-status")).to_have_text("Paused", timeout=20_000)
+    page.locator(f"#run-{run_id}-paused").get_by_role("button", name="Continue").click()
+    expect(page.locator(".flash-success")).to_contain_text("Run continued")
+    status_is(run_id, "succeeded")
+
+
 def test_a_python_client_run_end_to_end_through_a_worker_kill(
     new_page: Any, operator: User, approver: User, remote: Any, tool_dir: Path
 ) -> None:
@@ -194,21 +215,9 @@ def test_a_python_client_run_is_cancelled_and_another_paused_from_the_browser(
     ).id
     login(page, "olivia")
     status_is(cancelled, "running")
-    page.goto(f"/runs/{cancelled}/")
-    page.get_by_text("Cancel run…").click()
-    page.get_by_label(re.compile("Reason")).fill("Wrong service")
-    page.get_by_role("button", name="Cancel this run").click()
-    expect(page.locator(f"#run-{cancelled}-status")).to_have_text("Cancelled", timeout=20_000)
+    cancel_in_browser(page, cancelled)
 
-    status_is(paused, "running")
-    page.goto(f"/runs/{paused}/")
-    page.get_by_text("Pause…").click()
-    page.locator("#pause-reason").fill("Look first")
-    page.get_by_role("button", name="Pause this run").click()
-    expect(page.locator(f"#run-{paused}-status")).to_have_text("Paused", timeout=20_000)
-    page.locator(f"#run-{paused}-paused").get_by_role("button", name="Continue").click()
-    expect(page.locator(".flash-success")).to_contain_text("Run continued")
-    status_is(paused, "succeeded")
+    pause_and_continue_in_browser(page, paused)
     assert Run.objects.get(pk=paused).result == {"n": 2}
 
 
@@ -304,21 +313,9 @@ def test_a_langgraph_run_is_cancelled_and_another_paused_from_the_browser(
     status_is(cancelled, "running")
     nodes = tool_dir / "nodes.log"
     settle(lambda: nodes.exists() and "tick" in nodes.read_text(), "the first tick")
-    page.goto(f"/runs/{cancelled}/")
-    page.get_by_text("Cancel run…").click()
-    page.get_by_label(re.compile("Reason")).fill("Wrong service")
-    page.get_by_role("button", name="Cancel this run").click()
-    expect(page.locator(f"#run-{cancelled}-status")).to_have_text("Cancelled", timeout=20_000)
+    cancel_in_browser(page, cancelled)
 
-    status_is(paused, "running")
-    page.goto(f"/runs/{paused}/")
-    page.get_by_text("Pause…").click()
-    page.locator("#pause-reason").fill("Look first")
-    page.get_by_role("button", name="Pause this run").click()
-    expect(page.locator(f"#run-{paused}-status")).to_have_text("Paused", timeout=20_000)
-    page.locator(f"#run-{paused}-paused").get_by_role("button", name="Continue").click()
-    expect(page.locator(".flash-success")).to_contain_text("Run continued")
-    status_is(paused, "succeeded")
+    pause_and_continue_in_browser(page, paused)
     assert Run.objects.get(pk=paused).result == {"steps": 2, "pause": 3, "n": 2}
     # The cancelled tick did not act; each of the other run's two ticks acted once.
     keys = [line.split()[0] for line in executions(tool_dir)]
@@ -375,19 +372,7 @@ def test_a_typescript_client_run_is_cancelled_and_another_paused_from_the_browse
     paused = services.run_start(agent="ts-loop", input={"pause": 3, "steps": 2}, user=operator).id
     login(page, "olivia")
     status_is(cancelled, "running")
-    page.goto(f"/runs/{cancelled}/")
-    page.get_by_text("Cancel run…").click()
-    page.get_by_label(re.compile("Reason")).fill("Wrong service")
-    page.get_by_role("button", name="Cancel this run").click()
-    expect(page.locator(f"#run-{cancelled}-status")).to_have_text("Cancelled", timeout=20_000)
+    cancel_in_browser(page, cancelled)
 
-    status_is(paused, "running")
-    page.goto(f"/runs/{paused}/")
-    page.get_by_text("Pause…").click()
-    page.locator("#pause-reason").fill("Look first")
-    page.get_by_role("button", name="Pause this run").click()
-    expect(page.locator(f"#run-{paused}-status")).to_have_text("Paused", timeout=20_000)
-    page.locator(f"#run-{paused}-paused").get_by_role("button", name="Continue").click()
-    expect(page.locator(".flash-success")).to_contain_text("Run continued")
-    status_is(paused, "succeeded")
+    pause_and_continue_in_browser(page, paused)
     assert Run.objects.get(pk=paused).result == {"n": 2}

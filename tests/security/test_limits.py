@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from django.core.signals import request_started
 
+from bench.body_limit import procfile_line
 from config.asgi import application
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,13 +148,6 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _procfile(name: str) -> str:
-    for line in (ROOT / "Procfile").read_text().splitlines():
-        if line.startswith(f"{name}:"):
-            return line.split(":", 1)[1].strip()
-    raise AssertionError(f"the Procfile has no {name} process")
-
-
 @pytest.fixture(scope="module", params=["web", "live"])
 def server_url(request: pytest.FixtureRequest) -> Iterator[tuple[str, int]]:
     """The Procfile's web (uvicorn) or live (daphne) process, as the Procfile starts it."""
@@ -169,7 +163,7 @@ def server_url(request: pytest.FixtureRequest) -> Iterator[tuple[str, int]]:
         "WEB_CONCURRENCY": "1",
     }
     process = subprocess.Popen(
-        ["bash", "-c", f"exec {_procfile(request.param)}"],
+        ["bash", "-c", f"exec {procfile_line(request.param)}"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,

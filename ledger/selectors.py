@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import Http404
 from django.utils.translation import gettext, gettext_noop, ngettext
 
@@ -19,7 +19,7 @@ from ledger.tools import can_compensate, get_tool
 from runs.access import Actor
 from runs.errors import HoldpointError
 from runs.models import Run
-from runs.selectors import RETRY, VIEW
+from runs.selectors import RETRY, VIEW, permission_denied_text
 
 S = SideEffectStatus
 
@@ -222,16 +222,128 @@ def side_effect_rows(
     return [side_effect_row(effect, stale_ids=stale, show_replies=show) for effect in effects]
 
 
+# Where a later request of the run says an earlier approval was not applied (the runtime
+# writes these notes: runtime/questions.py).
+NOT_APPLIED_NOTES = ("superseded_approval", "refused_edit")
+
+
+def approvals_not_applied(run_id: str) -> list[dict[str, Any]]:
+    """The approvals people gave in the run that did not happen (issue 24), oldest first:
+    an attempt resumed with one failed ``ApprovalNotApplied``, or the step asked anew
+    instead (``superseded_approval``) or refused the approved edit (``refused_edit``) in a
+    later request. Each: the request, its action and target, who approved, their edit,
+    why it was not applied, and the request that asked again (None when the run failed)."""
+    from runs.models import Attempt, InputRequest
+    from runs.services.notifications import APPROVAL_NOT_APPLIED
+
+    why: dict[str, dict[str, Any]] = {}
+    failed = Attempt.objects.filter(
+        run_id=run_id, error_type=APPROVAL_NOT_APPLIED, resume_request__isnull=False
+    ).order_by("number")
+    for attempt in failed:
+        why[str(attempt.resume_request_id)] = {
+            "reason": attempt.error_message,
+            "asked_again": None,
+            "refused": False,
+        }
+    later = InputRequest.objects.filter(run_id=run_id).filter(
+        Q(context__has_key=NOT_APPLIED_NOTES[0]) | Q(context__has_key=NOT_APPLIED_NOTES[1])
+    )
+    for request in later.order_by("created_at", "id"):
+        for key in NOT_APPLIED_NOTES:
+            note = (request.context or {}).get(key)
+            if isinstance(note, dict) and isinstance(note.get("request_id"), str):
+                why.setdefault(
+                    note["request_id"],
+                    {
+                        "reason": str(note.get("reason") or ""),
+                        "asked_again": request.id,
+                        "refused": key == "refused_edit",
+                    },
+                )
+    if not why:
+        return []
+    # Who approved what comes from the run store's record, not from a worker's note.
+    approved = (
+        InputRequest.objects.filter(run_id=run_id, pk__in=list(why), status="answered")
+        .select_related("answered_by")
+        .order_by("answered_at", "id")
+    )
+    rows = []
+    for request in approved:
+        answer = request.answer if isinstance(request.answer, dict) else {}
+        if answer.get("decision") != "approve":
+            continue
+        action = request.action if isinstance(request.action, dict) else {}
+        approvers = answer.get("approvers")
+        by = (
+            [str(a) for a in approvers]
+            if isinstance(approvers, list) and approvers
+            else ([request.answered_by.get_username()] if request.answered_by else [])
+        )
+        rows.append(
+            {
+                "request_id": request.id,
+                "action": str(action.get("action") or action.get("tool") or ""),
+                "target": str(action.get("target") or ""),
+                "approved_by": by,
+                "approved_at": request.answered_at,
+                "edited": answer.get("edited"),
+                **why[request.id],
+            }
+        )
+    return rows
+
+
+def add_approvals(rows: list[dict[str, Any]]) -> None:
+    """Give each row done under an answered approval ``approvals``: every approval that
+    counted (``runs.approvals.standing_votes`` of its request), oldest first, each with
+    who, when, their comment and whether it made the edit that was approved. The report
+    shows them all, not only the last approver's comment (issue 24)."""
+    from runs.approvals import standing_votes
+    from runs.models import InputRequest
+
+    wanted = {
+        str(row["approval"]["request_id"])
+        for row in rows
+        if isinstance(row.get("approval"), dict) and row["approval"].get("request_id")
+    }
+    found: dict[str, list[dict[str, Any]]] = {}
+    for request in InputRequest.objects.filter(pk__in=wanted, decisions__gt=0):
+        votes = (
+            standing_votes(request)
+            .select_related("user")
+            .filter(decision="approve")
+            .order_by("created_at", "id")
+        )
+        found[request.id] = [
+            {
+                "by": vote.user.get_username() if vote.user is not None else vote.actor,
+                "at": vote.created_at,
+                "comment": vote.comment,
+                "made_edit": vote.edited is not None,
+            }
+            for vote in votes
+        ]
+    for row in rows:
+        approval = row.get("approval")
+        request_id = approval.get("request_id") if isinstance(approval, dict) else None
+        row["approvals"] = found.get(str(request_id), []) if request_id else []
+
+
 def report_for_run(run_id: str, *, user: Actor | None = None) -> dict[str, Any]:
-    """Every side effect of the run, in the five groups of the report, with counts."""
+    """Every side effect of the run, in the five groups of the report, with counts; and
+    the approvals that did not happen (``not_applied``)."""
     effects = list(side_effects_for_run(run_id))
     rows = side_effect_rows(effects, user=user)
+    add_approvals(rows)
     grouped: dict[str, list[dict[str, Any]]] = {key: [] for key, _ in REPORT_GROUPS}
     for effect, row in zip(effects, rows, strict=True):
         grouped[report_group(effect)].append(row)
     return {
         "run_id": run_id,
         "total": len(effects),
+        "not_applied": approvals_not_applied(run_id),
         "needs_reconciliation": sum(1 for row in rows if row["needs_reconciliation"]),
         "groups": [
             {
@@ -277,7 +389,5 @@ def side_effect_get_for_user(
     if effect is None:
         raise Http404("No such side effect.")
     if perm is not None and not user.has_perm(perm):
-        raise PermissionDenied(
-            gettext("You do not have the %(perm)s permission.") % {"perm": perm.split(".")[1]}
-        )
+        raise PermissionDenied(permission_denied_text(perm))
     return effect

@@ -119,7 +119,7 @@ class RunEventAdmin(ReadOnlyAdmin):
 class DeclaredAgentAdmin(admin.ModelAdmin):
     """Agents served by HTTP workers are declared here (or with ``manage.py agent declare``)."""
 
-    list_display = ["name", "description", "created_at"]
+    list_display = ["name", "description", "owners", "declared_by", "created_at"]
     search_fields = ["name"]
 
 
@@ -136,10 +136,15 @@ class AgentGateAdmin(ReadOnlyAdmin):
 class WorkerTokenAdmin(ReadOnlyAdmin):
     """Tokens are created with ``manage.py workertoken create`` (the secret is shown once)."""
 
-    list_display = ["name", "prefix", "created_at", "last_used_at", "revoked_at"]
+    list_display = ["name", "prefix", "scope", "created_at", "last_used_at", "revoked_at"]
     list_filter = ["revoked_at"]
     search_fields = ["name", "prefix"]
     exclude = ["token_hash"]
+
+    @admin.display(description="may serve")
+    def scope(self, token: WorkerToken) -> str:
+        return ", ".join(token.agents) if token.agents else "any agent no other token owns"
+
     actions = ["revoke"]
 
     def has_revoke_permission(self, request: HttpRequest) -> bool:
@@ -149,7 +154,10 @@ class WorkerTokenAdmin(ReadOnlyAdmin):
     def revoke(self, request: HttpRequest, queryset: Any) -> None:
         from django.utils import timezone
 
+        from runs.tokens import tokens_changed
+
         queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        tokens_changed()
 
 
 @admin.register(IdempotencyRecord)

@@ -7,70 +7,15 @@ Python agents are registered here by ``runtime`` at start-up (dependencies point
 
 from __future__ import annotations
 
-import random
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
+# The retry policy is the agent SDK's (``holdpoint_client/types.py``): one definition for
+# the server, the remote clients and the harness; the run store judges failures by it.
+from holdpoint_client.types import RetryPolicy as RetryPolicy
+
 from runs.errors import HoldpointError
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How failures of an agent's attempts are retried automatically."""
-
-    max_attempts: int = 5
-    backoff_initial: float = 1.0
-    backoff_multiplier: float = 2.0
-    backoff_max: float = 300.0
-    # Full jitter on this fraction of the delay, so a crowd of failures does not retry in step.
-    jitter: float = 0.2
-    non_retryable: tuple[str, ...] = ()
-    repeated_error_threshold: int = 3
-    cost_budget: float | None = None
-    max_lease_losses: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
-        if self.repeated_error_threshold < 2:
-            raise ValueError("repeated_error_threshold must be at least 2")
-        if not 0 <= self.jitter <= 1:
-            raise ValueError("jitter must be between 0 and 1")
-        if self.backoff_initial < 0 or self.backoff_max < 0 or self.backoff_multiplier < 1:
-            raise ValueError("backoff must be non-negative and the multiplier at least 1")
-
-    def backoff_seconds(self, failures: int, rng: random.Random | None = None) -> float:
-        """Delay before the attempt that follows the ``failures``-th failure in a row."""
-        base = min(
-            self.backoff_max,
-            self.backoff_initial * self.backoff_multiplier ** max(0, failures - 1),
-        )
-        spread = base * self.jitter
-        return max(0.0, base - spread + (rng or random).random() * spread)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RetryPolicy:
-        known = {f for f in cls.__dataclass_fields__}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown retry policy fields: {', '.join(sorted(unknown))}")
-        values = dict(data)
-        if "non_retryable" in values:
-            values["non_retryable"] = tuple(values["non_retryable"])
-        return cls(**values)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "max_attempts": self.max_attempts,
-            "backoff_initial": self.backoff_initial,
-            "backoff_multiplier": self.backoff_multiplier,
-            "backoff_max": self.backoff_max,
-            "jitter": self.jitter,
-            "non_retryable": list(self.non_retryable),
-            "repeated_error_threshold": self.repeated_error_threshold,
-            "cost_budget": self.cost_budget,
-            "max_lease_losses": self.max_lease_losses,
-        }
 
 
 @dataclass(frozen=True)
@@ -173,6 +118,7 @@ def all_agent_specs() -> list[AgentSpec]:
 
 
 LABEL_MAX = 80
+LABEL_TEMPLATE_MAX = 200
 # The label templates of declared agents (PUT /api/agents/{name}), read at most this often
 # per process: labels are drawn for every row of a list, and must not cost a query each.
 DECLARED_LABELS_TTL = 30.0
@@ -207,23 +153,53 @@ def forget_declared_labels() -> None:
     _declared_labels_at = -DECLARED_LABELS_TTL
 
 
+# A label template is literal text and ``{field}`` names of the input's top-level fields:
+# no format specs, conversions, attributes or indexes (``{note:>4000000}`` would allocate
+# gigabytes, ``{note.__class__}`` would read Python internals), so it is filled by this
+# pattern, never by ``str.format``.
+_LABEL_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]{0,99})\}")
+_LABEL_BRACES = re.compile(r"[{}]")
+
+
+def label_template_problem(template: str) -> str | None:
+    """Why ``template`` is not a label template (a sentence), or None when it is one:
+    at most 200 characters, literal text and ``{field}`` names only."""
+    if not isinstance(template, str) or len(template) > LABEL_TEMPLATE_MAX:
+        return f"a label is a text of at most {LABEL_TEMPLATE_MAX} characters"
+    if _LABEL_BRACES.search(_LABEL_FIELD.sub("", template)):
+        return (
+            "a label is text with {field} names of the input only (no format specs, "
+            "attributes or indexes), e.g. 'Triage {ticket}'"
+        )
+    return None
+
+
 def run_label(agent: str, input: Any, run_id: str) -> str:
     """A run's human label: the agent's label template filled from the input (``Migrate
     auth-gateway``), else the agent's name and a short id (``deploy · 7GQ2KD``).
 
     Python agents registered in this process are consulted, and declared agents through a
-    per-process cache (``declared_label``: no query per row); a template that does not
-    fit the input (a field missing) falls back to the default.
+    per-process cache (``declared_label``: no query per row). A template that does not fit
+    the input (a field missing, or not a label template: ``label_template_problem``) falls
+    back to the default; filling one never fails and never takes more than the label's
+    length.
     """
     short = run_id.rsplit("_", 1)[-1][-6:]
     spec = _registry.get(agent)
     label = spec.label if spec is not None else declared_label(agent)
-    if label and isinstance(input, dict):
-        fields = {k: v if isinstance(v, str | int | float) else str(v) for k, v in input.items()}
-        try:
-            text = label.format_map(fields).strip()
-        except (ValueError, AttributeError, IndexError, KeyError):
-            text = ""
-        if text:
+    if label and isinstance(input, dict) and label_template_problem(label) is None:
+        missing = False
+
+        def fill(match: re.Match[str]) -> str:
+            nonlocal missing
+            value = input.get(match.group(1))
+            if value is None:
+                missing = True
+                return ""
+            text = value if isinstance(value, str) else str(value)
+            return text[: LABEL_MAX + 1]
+
+        text = " ".join(_LABEL_FIELD.sub(fill, label).split())
+        if text and not missing:
             return text if len(text) <= LABEL_MAX else text[: LABEL_MAX - 1] + "…"
     return f"{agent} · {short}"

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, cast
+
+from django.utils.translation import gettext
 
 from runs.errors import HoldpointError
 from runs.schemas import (
@@ -30,6 +32,37 @@ from runs.schemas import (
     too_deep,
     validation_errors,
 )
+
+
+class ApprovalAnswer(TypedDict, total=False):
+    """An approval request's answer: the decision, the comment, the arguments as edited (an
+    edit that counts), and the approvers when the policy needed more than one."""
+
+    decision: str
+    comment: str
+    edited: Any
+    approvers: list[str]
+
+
+class Escalation(TypedDict):
+    after_minutes: int
+    group: str
+
+
+class Policy(TypedDict, total=False):
+    """The policy one approval is asked under (``resolve_policy``; stored on the request).
+    ``rule`` names the matched tool/target rule, ``source`` where the agent's policy came
+    from (``operator``, ``code``, ``default``)."""
+
+    groups: list[str]
+    required: int
+    self_approval: bool
+    any_deny_closes: bool
+    rule: str | None
+    source: str
+    escalation: Escalation
+    remind: float
+
 
 DECISIONS = ("approve", "deny", "respond")
 MAX_COMMENT = 2000
@@ -46,10 +79,17 @@ _ESCALATION_FIELDS = {"after_minutes", "group"}
 
 @dataclass(frozen=True)
 class Editable:
-    """What an approver may change before approving: the schema and the planned value."""
+    """What an approver may change before approving: the schema and the planned value.
+
+    ``request_schema`` is the tool's own request schema when the approval edits a tool's
+    request (the ledger's approval before an irreversible call): the server adds it when
+    the approval is asked (``runs/services/approvals.py`` ``approval_action``), never the
+    worker, and an edit must fit it too.
+    """
 
     schema: dict[str, Any]
     value: Any
+    request_schema: dict[str, Any] | None = None
 
 
 def editable_of(action: Any) -> Editable | None:
@@ -59,7 +99,12 @@ def editable_of(action: Any) -> Editable | None:
     found = action.get("editable")
     if not isinstance(found, dict) or not isinstance(found.get("schema"), dict):
         return None
-    return Editable(schema=found["schema"], value=found.get("value"))
+    request_schema = found.get("request_schema")
+    return Editable(
+        schema=found["schema"],
+        value=found.get("value"),
+        request_schema=request_schema if isinstance(request_schema, dict) else None,
+    )
 
 
 def check_editable(editable: Any) -> dict[str, Any] | None:
@@ -92,11 +137,21 @@ def current_value(editable: Editable, edited: Any) -> Any:
     return edited if edited is not None else editable.value
 
 
+def edit_that_counts(action: Any, edited: Any) -> Any:
+    """The edit an approval answers with: None when there is none, or when the edits
+    brought the arguments back to the plan (30 → 45 → 30 approves the plan: a plain
+    approval, run under the plan's key)."""
+    editable = editable_of(action)
+    if edited is None or editable is None or same(edited, editable.value):
+        return None
+    return edited
+
+
 def same(a: Any, b: Any) -> bool:
     return canonical_json(a) == canonical_json(b)
 
 
-def approval_answer(action: Any, value: Any, *, current_edit: Any = None) -> dict[str, Any]:
+def approval_answer(action: Any, value: Any, *, current_edit: Any = None) -> ApprovalAnswer:
     """The answer ``value`` checked and normalised, or ``invalid_input`` with pointers.
 
     ``current_edit`` is the request's edit so far (an earlier approver's): an ``edited``
@@ -116,7 +171,7 @@ def approval_answer(action: Any, value: Any, *, current_edit: Any = None) -> dic
             "Say why: a comment is required to deny or to send back.",
             errors=[{"pointer": "/comment", "message": "required to deny or respond"}],
         )
-    answer: dict[str, Any] = {"decision": decision}
+    answer: ApprovalAnswer = {"decision": decision}
     if comment:
         answer["comment"] = comment
     if "edited" not in value:
@@ -142,6 +197,9 @@ def approval_answer(action: Any, value: Any, *, current_edit: Any = None) -> dic
             errors=[{"pointer": "/edited", "message": "too large"}],
         )
     problems = validation_errors(editable.schema, edited)
+    if not problems and editable.request_schema is not None:
+        # The edited request is what the tool will be given: it must fit the tool too.
+        problems = validation_errors(editable.request_schema, edited)
     if problems:
         raise HoldpointError(
             "invalid_input",
@@ -245,7 +303,7 @@ def _matches(pattern: str, tool: str, target: str) -> bool:
 
 def resolve_policy(
     policy: dict[str, Any] | None, *, tool: str, target: str, reversibility: str
-) -> dict[str, Any]:
+) -> Policy:
     """The policy one approval is asked under: the agent's fields, overridden by the first
     rule that matches its tool and target, with every default filled in."""
     policy = policy or {}
@@ -260,7 +318,7 @@ def resolve_policy(
     if self_approval is None:
         self_approval = reversibility != "irreversible"
     any_deny = fields.get("any_deny_closes")
-    resolved: dict[str, Any] = {
+    resolved: Policy = {
         "groups": list(fields.get("groups") or []),
         "required": int(fields.get("required") or 1),
         "self_approval": bool(self_approval),
@@ -283,10 +341,10 @@ DEFAULT_POLICY = {
 }
 
 
-def policy_of(request_policy: Any) -> dict[str, Any]:
+def policy_of(request_policy: Any) -> Policy:
     """A request's stored policy, with the defaults of a request asked before policies."""
     found = request_policy if isinstance(request_policy, dict) else {}
-    return {**DEFAULT_POLICY, **found}
+    return cast(Policy, {**DEFAULT_POLICY, **found})
 
 
 # --- Who may decide --------------------------------------------------------------------------
@@ -301,8 +359,10 @@ class NotAllowed:
 
 
 def _in_groups(user: Any, groups: list[str]) -> bool:
-    role = getattr(user, "role", user)  # a live push's ``Person`` carries a ``Role``
-    if not groups or getattr(user, "is_superuser", False) or getattr(role, "superuser", False):
+    """Whether ``user`` is a member of one of the policy's ``groups`` (any user when it
+    names none). A policy's groups bind everyone, superusers too: an administrator who
+    must decide joins the group, which is an audited change, instead of passing by."""
+    if not groups:
         return True
     if hasattr(user, "groups"):
         return user.groups.filter(name__in=groups).exists()
@@ -334,6 +394,34 @@ def _last_answerer_id(request: Any) -> Any:
     )
 
 
+def standing_votes(request: Any) -> Any:
+    """The decisions that count now: this round's (an edit starts a new one), as each
+    person last decided (a change of mind supersedes the earlier decision). The one query
+    on the votes that the service, the card, the API and the notifications read."""
+    from runs.models import ApprovalVote
+
+    return ApprovalVote.objects.standing().filter(request=request, round=request.edit_round)
+
+
+def editor_of(request: Any) -> str | None:
+    """Who made the edit on the table: the person whose approval started this round with
+    its arguments (their username, or the actor for the system). None without an edit."""
+    from runs.models import ApprovalVote
+
+    if request.edited is None:
+        return None
+    vote = (
+        ApprovalVote.objects.select_related("user")
+        .filter(request=request, round=request.edit_round)
+        .exclude(edited__isnull=True)
+        .order_by("created_at", "id")
+        .first()
+    )
+    if vote is None:
+        return None
+    return vote.user.get_username() if vote.user is not None else vote.actor
+
+
 def is_new_edit(action: Any, value: Any, current_edit: Any) -> bool:
     """Whether ``value`` approves with arguments other than those on the table (an edit
     that starts a new round)."""
@@ -353,8 +441,6 @@ def why_not_decide(
     """Why ``user`` may not take ``decision`` on the approval ``request`` under its policy
     (None: they may). The approve permission itself is checked by the caller. ``new_edit``:
     the approval changes the arguments, so an approval of the old ones does not count."""
-    from runs.models import ApprovalVote
-
     policy = policy_of(request.policy)
     if user is None or not getattr(user, "is_authenticated", False):
         # The system (a script on the server, ``answerrun``) is no person of a group.
@@ -363,46 +449,117 @@ def why_not_decide(
     if not _in_groups(user, groups):
         return NotAllowed(
             "not_in_group",
-            "Only members of {} may decide this approval.".format(", ".join(groups)),
+            gettext("Only members of %(groups)s may decide this approval.")
+            % {"groups": ", ".join(groups)},
         )
     if decision != "approve":
         return None
-    if not policy["self_approval"]:
+    if not policy["self_approval"] and user.pk is not None:
+        # A live push's ``Role`` (pk None) is nobody in particular: never "you started it".
         run_creator = getattr(request.run, "created_by_id", None)
         if run_creator is not None and run_creator == user.pk:
             return NotAllowed(
                 "self_approval",
-                "You started this run; its policy needs someone else to approve this.",
+                gettext("You started this run; its policy needs someone else to approve this."),
             )
         if _last_answerer_id(request) == user.pk:
             return NotAllowed(
                 "self_approval",
-                "You answered this run's last question; its policy needs someone else to "
-                "approve this.",
+                gettext(
+                    "You answered this run's last question; its policy needs someone else "
+                    "to approve this."
+                ),
             )
     if (
         not new_edit
         and request.decisions
-        and ApprovalVote.objects.filter(
-            request=request, round=request.edit_round, user=user, decision="approve"
-        ).exists()
+        and user.pk is not None
+        and standing_votes(request).filter(user_id=user.pk, decision="approve").exists()
     ):
         return NotAllowed(
             "already_approved",
-            "You already approved this; it needs approvals from other people.",
+            gettext("You already approved this; it needs approvals from other people."),
         )
     return None
 
 
-def approvals_so_far(request: Any) -> list[Any]:
-    """The approvals that count now (this round's), oldest first."""
-    from runs.models import ApprovalVote
+def why_not_preapprove(policy: dict[str, Any] | None, user: Any) -> NotAllowed | None:
+    """Why ``user`` may not approve steps of a run when they start it (None: they may).
 
+    A pre-approval (``run_start(approvals=[…])``) is the starter's vote, given before
+    anyone knows which tool and target the step will name. So it must pass every way the
+    agent's ``policy`` can resolve (its own fields and each rule's), as every other vote
+    must: the starter is in its groups; the policy lets the person who started a run
+    approve it (``self_approval`` set to true: unset means "not for an irreversible
+    effect", and the step may be one); and one person is enough (``required`` 1). The same
+    rule judges a pre-approval again when the step uses it (``preapproval_stands``), so a
+    policy made stricter since the start wins.
+    """
+    if user is None or not getattr(user, "is_authenticated", False):
+        return NotAllowed(
+            "not_a_person",
+            gettext("A pre-approval is an approval: only a signed-in person gives one."),
+        )
+    policy = policy or {}
+    base = {k: v for k, v in policy.items() if k != "rules"}
+    variants = [base] + [
+        {**base, **{k: v for k, v in rule.items() if k != "match"}}
+        for rule in policy.get("rules") or []
+    ]
+    for fields in variants:
+        groups = list(fields.get("groups") or [])
+        if not _in_groups(user, groups):
+            return NotAllowed(
+                "not_in_group",
+                gettext(
+                    "Only members of %(groups)s may approve this agent's actions, and a "
+                    "pre-approval is an approval."
+                )
+                % {"groups": ", ".join(groups)},
+            )
+        required = int(fields.get("required") or 1)
+        if required > 1:
+            return NotAllowed(
+                "needs_more_approvers",
+                gettext(
+                    "This agent's approvals need %(n)s different people, and a pre-approval "
+                    "is one person's. Start the run without it: the approvers decide when "
+                    "the run asks."
+                )
+                % {"n": required},
+            )
+        if fields.get("self_approval") is not True:
+            return NotAllowed(
+                "self_approval",
+                gettext(
+                    "A pre-approval approves your own run, and this agent's approval policy "
+                    "does not let the person who started a run approve it. Start the run "
+                    "without it: someone else approves when the run asks."
+                ),
+            )
+    return None
+
+
+def preapproval_stands(run: Any) -> bool:
+    """Whether the steps approved when ``run`` was started are still approved: the agent's
+    policy as it is now still lets its starter pre-approve (``why_not_preapprove``)."""
+    from runs.agents import approval_policy_for
+
+    if not run.approvals or run.created_by_id is None:
+        return False
+    policy, _source = approval_policy_for(run.agent)
+    return why_not_preapprove(policy, run.created_by) is None
+
+
+def approvals_so_far(request: Any) -> list[Any]:
+    """The approvals that count now (this round's, as each person last decided), oldest
+    first."""
     if not request.decisions:
         return []
     return list(
-        ApprovalVote.objects.select_related("user")
-        .filter(request=request, round=request.edit_round, decision="approve")
+        standing_votes(request)
+        .select_related("user")
+        .filter(decision="approve")
         .order_by("created_at", "id")
     )
 
@@ -418,30 +575,20 @@ def approvals_needed(request: Any) -> int:
 
 def eligible_approvers(request: Any, *, limit: int = 50) -> list[Any]:
     """The people who may still approve ``request`` under its policy: active, holding the
-    approve permission, in its groups (if it names any), not kept out by the self-approval
-    rule, and not among this round's approvers. The card names them; notifications go to
-    them."""
+    approve permission and the permission to see runs, in its groups (if it names any), not
+    kept out by the self-approval rule, and not among this round's approvers. The card
+    names them; notifications go to them."""
     from django.contrib.auth import get_user_model
-    from django.contrib.auth.models import Permission
-    from django.db.models import Q
-
-    from runs.models import ApprovalVote
 
     policy = policy_of(request.policy)
-    perm = Permission.objects.filter(codename="approve_run", content_type__app_label="runs").first()
-    users = get_user_model().objects.filter(is_active=True)
-    holds = Q(is_superuser=True)
-    if perm is not None:
-        holds |= Q(groups__permissions=perm) | Q(user_permissions=perm)
-    users = users.filter(holds)
+    people = get_user_model().objects
+    users = people.with_perm("runs.approve_run", is_active=True).filter(
+        pk__in=people.with_perm("runs.view_run", is_active=True).values("pk")
+    )
     if policy["groups"]:
-        users = users.filter(Q(groups__name__in=policy["groups"]) | Q(is_superuser=True))
+        users = users.filter(groups__name__in=policy["groups"])
     excluded: set[Any] = (
-        set(
-            ApprovalVote.objects.filter(
-                request=request, round=request.edit_round, decision="approve"
-            ).values_list("user_id", flat=True)
-        )
+        set(standing_votes(request).filter(decision="approve").values_list("user_id", flat=True))
         if request.decisions
         else set()
     )

@@ -9,9 +9,11 @@ class RunsConfig(AppConfig):
 
     def ready(self) -> None:
         from runs.idempotency import idempotency_records_purge
-        from runs.services import history_purge, register_sweep
+        from runs.services import history_purge, register_sweep, workers_sweep
 
         # Expired Idempotency-Key records, and in-progress ones whose caller died.
         register_sweep("idempotency_records", idempotency_records_purge)
         # Events and checkpoints of runs finished longer ago than the retention setting.
         register_sweep("history", history_purge)
+        # Workers that stopped calling: stale, then gone (pushed to the Workers page).
+        register_sweep("workers", workers_sweep)

@@ -45,6 +45,8 @@ ERRORS: dict[str, ErrorKind] = {
     # The approval's policy does not let this person decide it (not in its groups, no
     # self-approval, already approved); ``reason`` says which.
     "approval_not_allowed": ErrorKind(403, "Approval not allowed"),
+    # A worker token asked to declare, claim or report on an agent it may not serve.
+    "agent_not_yours": ErrorKind(403, "Not this worker token's agent"),
     "not_authenticated": ErrorKind(401, "Not authenticated"),
     "malformed_request": ErrorKind(400, "Malformed request"),
     "payload_too_large": ErrorKind(413, "Payload too large"),
@@ -56,6 +58,9 @@ ERRORS: dict[str, ErrorKind] = {
     "unsupported_media_type": ErrorKind(415, "Unsupported media type"),
     "throttled": ErrorKind(429, "Too many requests"),
     "server_error": ErrorKind(500, "Server error"),
+    # Past what the web process can serve (api/admission.py) or no pooled database
+    # connection in time: nothing was done; send it again after Retry-After.
+    "overloaded": ErrorKind(503, "Overloaded"),
 }
 ERROR_STATUS: dict[str, int] = {code: kind.status for code, kind in ERRORS.items()}
 

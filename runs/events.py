@@ -1,26 +1,35 @@
-"""Run events and the signals sent once they are committed.
+"""Run events, and the one path that publishes them once they are committed.
 
 ``append_event`` must be called with the run row locked, inside the transaction
 that changes the run: the event and the change commit together or not at all.
 
-After commit, listeners registered with ``on_run_changed`` are called with ids
-only (the websocket broadcaster, metrics). On PostgreSQL, workers are woken with
-``NOTIFY`` sent inside the transaction: PostgreSQL delivers it at commit and
-drops it on rollback, so a worker never wakes for work that does not exist.
+**Publishing** is explicit and happens once per transaction, after its commit, the way
+Zulip's ``send_event_on_commit`` does: ``append_event`` notes the event in the
+transaction's ``Changes``, whose one ``transaction.on_commit(..., robust=True)`` hands
+them to every publisher (``on_commit_publish``): the live dashboard's broadcast
+(``live/broadcast.py``: one channel-layer message per transaction) and the in-process
+listeners of ``on_run_changed`` (idle workers, waiting claims: called per event). A
+rolled-back transaction publishes nothing; a publisher that fails never breaks the
+commit that already happened, nor the other publishers. No model signal is involved.
+
+On PostgreSQL, workers in other processes are woken with ``NOTIFY`` sent inside the
+transaction: PostgreSQL delivers it at commit and drops it on rollback, so a worker never
+wakes for work that does not exist.
 """
 
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import partial
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models.signals import post_save
 
+from runs.db import postgresql
 from runs.models import Run, RunEvent
 
 
@@ -38,6 +47,8 @@ class EventType(StrEnum):
     APPROVAL_GIVEN = "approval.given"
     # A deny that does not close the request (its policy's any_deny_closes is false).
     APPROVAL_OBJECTED = "approval.objected"
+    # A person decided again in the same round: the new decision supersedes theirs.
+    APPROVAL_CHANGED = "approval.changed"
     REQUEST_CLOSED = "request.closed"
     RUN_RESUMED = "run.resumed"
     RUN_CANCEL_REQUESTED = "run.cancel_requested"
@@ -70,6 +81,24 @@ RunChangedListener = Callable[[str, str], None]
 _listeners: list[RunChangedListener] = []
 
 
+# Events after which an attempt may be due: idle workers of a process (runtime/worker.py)
+# and waiting long-polling claims (runs/wakeups.py) wake on these, in-process, before any
+# NOTIFY could reach them.
+WORK_EVENTS = frozenset(
+    {
+        EventType.RUN_CREATED,
+        EventType.RUN_RESUMED,
+        EventType.RUN_CONTINUED,
+        EventType.RUN_HELD,
+        EventType.AGENT_UNPAUSED,
+        EventType.RUN_RETRIED,
+        EventType.RUN_QUEUED,
+        EventType.RUN_REQUEUED,
+        EventType.ATTEMPT_RELEASED,
+    }
+)
+
+
 def append_event(
     run: Run, type: EventType | str, actor: str, payload: dict[str, Any] | None = None
 ) -> RunEvent:
@@ -88,7 +117,7 @@ def append_event(
         event = RunEvent.objects.create(
             run=run, seq=run.last_event_seq, type=type, actor=actor, payload=payload or {}
         )
-    _schedule_changed(run.id, type)
+    _note(run.id, str(type))
     return event
 
 
@@ -106,7 +135,6 @@ def batched_events(run: Run) -> Iterator[None]:
         left = take_events(run)
         if left:
             RunEvent.objects.bulk_create(left)
-            events_saved(left)
     finally:
         if hasattr(run, _BATCH):
             delattr(run, _BATCH)
@@ -122,17 +150,110 @@ def take_events(run: Run) -> list[RunEvent]:
     return taken
 
 
-def events_saved(events: list[RunEvent]) -> None:
-    """Send ``post_save`` for events written in bulk, as ``create`` would have (the live push
-    collects its runs from it)."""
-    for event in events:
-        post_save.send(
-            sender=RunEvent, instance=event, created=True, raw=False, using=connection.alias
-        )
+# --- Publishing after commit -------------------------------------------------------------------
+
+# Events about a run's questions (asked, decided, answered, closed; a pause is one too): the
+# inbox and its badge, which show only questions, skip pushes about anything else.
+REQUEST_EVENTS = frozenset(
+    {
+        EventType.RUN_INTERRUPTED,
+        EventType.REQUEST_ANSWERED,
+        EventType.REQUEST_CLOSED,
+        EventType.APPROVAL_GIVEN,
+        EventType.APPROVAL_OBJECTED,
+        EventType.APPROVAL_CHANGED,
+        EventType.RUN_PAUSED,
+        EventType.RUN_CONTINUED,
+    }
+)
+
+
+@dataclass(eq=False)
+class Changes:
+    """What one transaction changed: its events ``(run_id, type)`` in the order appended.
+    Called once, when the transaction commits: it hands itself to every publisher."""
+
+    events: list[tuple[str, str]] = field(default_factory=list)
+    # Workers whose presence changed (``runs.services.worker_seen`` and the sweep: one
+    # appeared, came back, changed, went stale or gone), by ``Worker`` id; and agents
+    # whose gate opened or closed. Neither is a run event: a queued run's reason to wait
+    # (``runs.selectors.waiting_for_runs``) and the Workers page change with them.
+    worker_ids: set[str] = field(default_factory=set)
+    agents: set[str] = field(default_factory=set)
+    sent: bool = False
+
+    @property
+    def run_ids(self) -> set[str]:
+        return {run_id for run_id, _type in self.events}
+
+    @property
+    def request_run_ids(self) -> set[str]:
+        return {run_id for run_id, kind in self.events if kind in REQUEST_EVENTS}
+
+    def __call__(self) -> None:
+        self.sent = True
+        for publisher in list(_publishers):
+            try:
+                publisher(self)
+            except Exception:
+                logger.exception("publishing the changes of %s failed", sorted(self.run_ids))
+
+    def __repr__(self) -> str:
+        return f"<changes of {sorted(self.run_ids)}, workers {sorted(self.worker_ids)}>"
+
+
+Publisher = Callable[[Changes], None]
+_publishers: list[Publisher] = []
+# The open ``Changes`` of each database connection (connections are per thread).
+_open: weakref.WeakKeyDictionary[Any, Changes] = weakref.WeakKeyDictionary()
+
+
+def on_commit_publish(publisher: Publisher) -> Publisher:
+    """Register ``publisher(changes)``: called once per committed transaction that appended
+    events, after the commit."""
+    if publisher not in _publishers:
+        _publishers.append(publisher)
+    return publisher
+
+
+def _note(run_id: str, event_type: str) -> None:
+    _open_changes(lambda changes: changes.events.append((run_id, event_type)))
+
+
+def note_worker_changed(worker_id: Any) -> None:
+    """Publish, after the commit, that a worker's presence changed (``runs.models.Worker``)."""
+    _open_changes(lambda changes: changes.worker_ids.add(str(worker_id)))
+
+
+def note_agent_gate_changed(agent: str) -> None:
+    """Publish, after the commit, that ``agent``'s gate opened or closed."""
+    _open_changes(lambda changes: changes.agents.add(agent))
+
+
+def _open_changes(add: Callable[[Changes], None]) -> None:
+    conn = transaction.get_connection()
+    changes = _open.get(conn)
+    # A ``Changes`` whose callback is no longer waiting for the commit was sent (or captured
+    # by a test), or its transaction or savepoint rolled back and Django dropped the callback
+    # with everything else: start a new one. (Outside a transaction, on_commit calls it at
+    # once: it is sent before this returns.)
+    if changes is None or changes.sent or not _waiting(conn, changes):
+        changes = Changes()
+        _open[conn] = changes
+        add(changes)
+        # robust: a failing publisher must not break the commit that already happened.
+        transaction.on_commit(changes, robust=True)
+        return
+    add(changes)
+
+
+def _waiting(conn: Any, changes: Changes) -> bool:
+    return any(callback is changes for _sids, callback, _robust in conn.run_on_commit)
 
 
 def on_run_changed(listener: RunChangedListener) -> RunChangedListener:
-    """Register ``listener(run_id, event_type)`` to be called after each committed change."""
+    """Register ``listener(run_id, event_type)`` to be called after each committed change,
+    once per event, in order (an in-process publisher: idle workers, waiting claims)."""
     if listener not in _listeners:
         _listeners.append(listener)
     return listener
@@ -143,10 +264,14 @@ def remove_run_changed(listener: RunChangedListener) -> None:
         _listeners.remove(listener)
 
 
-def _schedule_changed(run_id: str, event_type: str) -> None:
-    for listener in list(_listeners):
-        # robust=True: a failing push must not break the commit that already happened.
-        transaction.on_commit(partial(listener, run_id, event_type), robust=True)
+@on_commit_publish
+def _tell_listeners(changes: Changes) -> None:
+    for run_id, event_type in changes.events:
+        for listener in list(_listeners):
+            try:
+                listener(run_id, event_type)
+            except Exception:
+                logger.exception("run-changed listener %r failed", listener)
 
 
 def work_notice(agent: str) -> tuple[str, str]:
@@ -156,7 +281,7 @@ def work_notice(agent: str) -> tuple[str, str]:
 
 def notify_work(agent: str) -> None:
     """Wake idle workers: an attempt of ``agent`` is due (delivered at commit)."""
-    if connection.vendor == "postgresql":
+    if postgresql():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, %s)", work_notice(agent))
 
@@ -169,13 +294,13 @@ def cancel_notice(attempt_id: str) -> tuple[str, str]:
 
 def notify_cancel(attempt_id: str) -> None:
     """Tell the worker holding ``attempt_id`` to stop at its next safe point (at commit)."""
-    if connection.vendor == "postgresql":
+    if postgresql():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, %s)", cancel_notice(attempt_id))
 
 
 def notify_pause(attempt_id: str) -> None:
     """Tell the worker holding ``attempt_id`` to stop at its next step boundary (at commit)."""
-    if connection.vendor == "postgresql":
+    if postgresql():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, %s)", [PAUSE_CHANNEL, attempt_id])

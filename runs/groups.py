@@ -6,7 +6,15 @@ from typing import Any
 
 GROUPS: dict[str, list[str]] = {
     "viewer": ["view_run"],
-    "operator": ["view_run", "answer_run", "start_run", "cancel_run", "retry_run", "pause_agent"],
+    "operator": [
+        "view_run",
+        "answer_run",
+        "start_run",
+        "cancel_run",
+        "retry_run",
+        "pause_agent",
+        "view_worker",
+    ],
     "approver": ["view_run", "answer_run", "approve_run"],
     "admin": [
         "view_run",
@@ -16,6 +24,7 @@ GROUPS: dict[str, list[str]] = {
         "cancel_run",
         "retry_run",
         "pause_agent",
+        "view_worker",
     ],
 }
 

@@ -36,11 +36,13 @@ heartbeat, checkpoint and interrupt; never a call that reaches outside the datab
 such as the ledger's), the record is written as
 ``completed`` in the service's own transaction, after its work and before its commit
 (services join it through ``joinable``). One commit instead of three, and no
-in-progress record at all: the unique constraint still decides who is first. A
-second request with the same key does its work too, but its INSERT waits for the
-first one's commit, finds the key taken, and rolls its own work back; it then answers
-through the general path above (the stored answer, a 422 for another request, a 409
-while an older in-progress record holds the key). A refusal (4xx) rolls the work back
+in-progress record at all: the unique constraint still decides who is first. A key
+that a record already holds is looked up first and answered through the general path
+above (the stored answer, a 422 for another request, a 409 while an older in-progress
+record holds the key), without doing the work. A second request that arrives while the
+first is still in its transaction does its work too, but its INSERT waits for the first
+one's commit, finds the key taken, and rolls its own work back; it then answers through
+the general path. A refusal (4xx) rolls the work back
 and is stored on its own in one statement; a 5xx or an exception stores nothing.
 """
 
@@ -62,7 +64,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from runs.clock import db_now
+from runs.db import db_now, postgresql
 from runs.errors import HoldpointError
 from runs.models import IdempotencyRecord
 from runs.schemas import canonical_json
@@ -226,7 +228,7 @@ def _claim_fresh_key(
     Times come from the database's clock, as in ``_claim``. Return True when the key
     was free and is now ours; False sends the caller down the general path.
     """
-    if connection.vendor != "postgresql" or connection.in_atomic_block:
+    if not postgresql() or connection.in_atomic_block:
         return False
     with connection.cursor() as cursor:
         cursor.execute(
@@ -442,6 +444,17 @@ def _only_test_transactions() -> bool:
     return all(getattr(block, "_from_testcase", False) for block in connection.atomic_blocks)
 
 
+def _key_in_use(*, principal: str, key: str) -> bool:
+    """Whether a live record holds the key: then the general path answers (the stored
+    response, 422 for another request, 409 while in progress) without doing the work.
+    Doing it first would run a service for a request that the key already refuses: an
+    approver who sends their earlier key with another decision would change the run's
+    votes before the 422 rolled them back, or hit a constraint and answer 500."""
+    return IdempotencyRecord.objects.filter(
+        principal=principal, key=key, expires_at__gt=Now()
+    ).exists()
+
+
 def _call_in_transaction(
     *,
     principal: str,
@@ -509,7 +522,12 @@ def idempotent_call(
     ``extra["retry_after"]`` seconds) while the first request is still running.
     """
     fingerprint = request_fingerprint(method=method, path=path, body=body)
-    if in_transaction and connection.vendor == "postgresql" and _only_test_transactions():
+    if (
+        in_transaction
+        and postgresql()
+        and _only_test_transactions()
+        and not _key_in_use(principal=principal, key=key)
+    ):
         done = _call_in_transaction(
             principal=principal,
             key=key,

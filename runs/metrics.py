@@ -5,18 +5,14 @@ process reports the same truth for them.
 
 from __future__ import annotations
 
-import functools
-import time
-from collections.abc import Callable, Iterator
-from typing import Any, ParamSpec, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 from django.db.models import Count, Min
 from django.utils import timezone
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import REGISTRY, GaugeMetricFamily
 from prometheus_client.registry import Collector
-
-from runs.errors import HoldpointError
 
 STALE_WRITES = Counter(
     "holdpoint_stale_writes_rejected_total",
@@ -38,34 +34,6 @@ CONTROL_LATENCY = Histogram(
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
 OPEN_WEBSOCKETS = Gauge("holdpoint_open_websockets", "Websockets open in this process.")
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def measured(operation: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """Count and time a control operation; the outcome is ``ok`` or the refusal's code."""
-
-    def decorate(func: Callable[P, R]) -> Callable[P, R]:
-        @functools.wraps(func)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            started = time.perf_counter()
-            outcome = "ok"
-            try:
-                return func(*args, **kwargs)
-            except HoldpointError as exc:
-                outcome = exc.code
-                raise
-            except Exception:
-                outcome = "error"
-                raise
-            finally:
-                CONTROL_LATENCY.labels(operation).observe(time.perf_counter() - started)
-                CONTROL_OPERATIONS.labels(operation, outcome).inc()
-
-        return wrapper
-
-    return decorate
 
 
 class DatabaseCollector(Collector):

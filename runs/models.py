@@ -46,6 +46,11 @@ class DeclaredAgent(models.Model):
     tool_declarations = models.JSONField(default=list, blank=True)
     declared_by = models.CharField(max_length=200, blank=True)
     updated_at = models.DateTimeField(auto_now=True, null=True)
+    # The worker tokens (by name) it belongs to: the one that first declared it, or whom an
+    # administrator moved it to. Only they may declare it again and claim its runs; empty
+    # for an agent an administrator declared (``manage.py agent declare``), which no token
+    # may re-declare (runs/tokens.py).
+    owners = models.JSONField(default=list, blank=True)
 
     def __str__(self) -> str:
         return self.name
@@ -292,6 +297,13 @@ class Attempt(models.Model):
                 name="attempt_lease_expiry_idx",
                 condition=Q(status=AttemptStatus.RUNNING),
             ),
+            # Serves a worker's recent lease losses (runs/workers.py workers_overview):
+            # WHERE status = 'lost' AND ended_at >= … ORDER BY ended_at DESC.
+            models.Index(
+                fields=["-ended_at"],
+                name="attempt_lost_idx",
+                condition=Q(status=AttemptStatus.LOST),
+            ),
         ]
         ordering = ["run", "number"]
 
@@ -362,11 +374,20 @@ class InputRequest(models.Model):
         return self.id
 
 
+class ApprovalVoteQuerySet(models.QuerySet["ApprovalVote"]):
+    def standing(self) -> ApprovalVoteQuerySet:
+        """Decisions nobody has changed since: a person who changes their mind supersedes
+        their earlier decision of the round (``runs/services/approvals.py``)."""
+        return self.filter(superseded_at__isnull=True)
+
+
 class ApprovalVote(models.Model):
     """One person's decision on an approval (``runs/services/approvals.py``): the request
     is answered once its policy is met (N distinct approvals of the same arguments, or a
     deny, or a response). An edit starts a new round: approvals of an earlier round
-    approved something else and no longer count."""
+    approved something else and no longer count. A person who changes their mind within a
+    round writes a new decision and supersedes their earlier one (``superseded_at``): the
+    history stays, and only the standing decision counts."""
 
     request = models.ForeignKey(InputRequest, on_delete=models.CASCADE, related_name="votes")
     user = models.ForeignKey(
@@ -378,13 +399,19 @@ class ApprovalVote(models.Model):
     edited = models.JSONField(null=True, blank=True)
     round = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Set when the same person decided again in the same round (a change of mind).
+    superseded_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApprovalVoteQuerySet.as_manager()
 
     class Meta:
         ordering = ["request", "created_at", "id"]
         constraints = [
-            # A person counts once per round, whatever the code above does.
+            # A person has one standing decision per round, whatever the code above does.
             models.UniqueConstraint(
-                fields=["request", "round", "user"], name="approvalvote_one_per_person_round"
+                fields=["request", "round", "user"],
+                condition=Q(superseded_at__isnull=True),
+                name="approvalvote_one_standing_per_person_round",
             )
         ]
 
@@ -554,6 +581,9 @@ class WorkerToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Its scope: the agents it may serve (claim, declare, report on); empty: any agent that
+    # no other token owns (runs/tokens.py).
+    agents = models.JSONField(default=list, blank=True)
 
     class Meta:
         constraints = [
@@ -566,3 +596,65 @@ class WorkerToken(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Worker(models.Model):
+    """A worker as it last said it was (runs/workers.py): its presence, not its work.
+
+    In process (``runagents``, ``serve``: principal ``process``) or remote (over the worker
+    protocol: principal ``token:<name>`` of the worker token it calls with), one row per
+    name under each principal. Contact is recorded at a bounded rate
+    (``runs.services.worker_seen``): ``last_seen_at`` may lag the latest call by up to
+    ``runs.workers.TOUCH_SECONDS``, which the windows below allow for. Alive until
+    ``stale_at``, stale until ``gone_at`` (both from the worker's lease and claim wait),
+    gone after, or at once when it said it stopped. ``state`` is the state last published
+    to the live pages (the sweep ``workers_sweep`` moves it as time passes).
+    """
+
+    class Kind(models.TextChoices):
+        PROCESS = "process", "In process"
+        REMOTE = "remote", "Remote"
+
+    class State(models.TextChoices):
+        ALIVE = "alive", "Alive"
+        STALE = "stale", "Stale"
+        GONE = "gone", "Gone"
+
+    principal = models.CharField(max_length=120)
+    name = models.CharField(max_length=100)
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    client = models.CharField(max_length=100, blank=True)
+    client_version = models.CharField(max_length=40, blank=True)
+    host = models.CharField(max_length=200, blank=True)
+    pid = models.PositiveIntegerField(null=True, blank=True)
+    agents = models.JSONField(default=list, blank=True)
+    concurrency = models.PositiveIntegerField(default=1)
+    lease_seconds = models.FloatField()
+    wait_seconds = models.FloatField(default=0)
+    # A digest of what the worker says it is: a routine contact compares it and writes one
+    # UPDATE; a change (a restart: another pid) goes the slow way and is pushed.
+    identity_hash = models.CharField(max_length=64)
+    first_seen_at = models.DateTimeField()
+    # Since when it is this process (this identity), alive without a break.
+    since = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    stale_at = models.DateTimeField()
+    gone_at = models.DateTimeField()
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.ALIVE)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["principal", "name"], name="worker_principal_name")
+        ]
+        indexes = [
+            # Serves workers_sweep: WHERE state <> 'gone' AND stale_at <= now (and gone_at).
+            models.Index(
+                fields=["stale_at"], name="worker_present_idx", condition=~Q(state="gone")
+            ),
+            # Serves the Workers page and the waiting selector: newest contact first.
+            models.Index(fields=["-last_seen_at"], name="worker_last_seen_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.principal})"

@@ -21,6 +21,8 @@ from django.contrib.auth.models import Group, Permission, User
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection
 
+from runs.db import postgresql
+
 
 def _tables() -> dict[str, str]:
     return {
@@ -101,8 +103,12 @@ def user_from_row(values: Any, attnames: list[str]) -> Any:
 def user_with_permissions(user_id: Any) -> Any:
     """The user ``user_id`` with their permission set, in one query on PostgreSQL; None when
     there is no such user."""
-    if connection.vendor != "postgresql":
-        return User._default_manager.filter(pk=user_id).first()
+    if not postgresql():
+        # Elsewhere (SQLite) two statements: the user, then the permission set in one.
+        user = User._default_manager.filter(pk=user_id).first()
+        if user is not None and not user.is_superuser:
+            remember_permissions(user, permission_set(user))
+        return user
     select, attnames = user_select_sql("u")
     sql = f'SELECT {select} FROM "{User._meta.db_table}" u WHERE u."id" = %s'  # noqa: S608 - names from the models
     with connection.cursor() as cursor:

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import re2
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
 from jsonschema.validators import extend
@@ -60,36 +60,80 @@ APPROVAL_SCHEMA: dict[str, Any] = {
 }
 
 
-@functools.lru_cache(maxsize=256)
-def _anchored_at_end(pattern: str) -> re.Pattern[str]:
-    """``pattern`` with JSON Schema's (ECMA-262's) meaning of ``$``: the end of the text.
+class UnsupportedPattern(ValueError):
+    """A pattern RE2 cannot run (look-around, back-references): refused where a schema is
+    given, and never a match where an old stored schema still has one."""
 
-    Python's ``$`` also matches before a trailing newline, so ``^[a-z]+$`` would let
-    ``"abc\\n"`` through. Every ``$`` outside a character class and not escaped becomes
-    ``\\Z``; a pattern with its own multiline flag keeps its ``$``.
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a refused pattern is our answer, not noise on stderr
+
+
+@functools.lru_cache(maxsize=512)
+def _anchored_at_end(pattern: str) -> Any:
+    """``pattern`` compiled by RE2, which matches in time linear in the text.
+
+    Patterns in schemas come from agents and their authors, and Python's backtracking
+    engine takes exponential time on some (``^(a+)+$`` against ``"a" * 30 + "!"``): RE2
+    has no such pattern, so no input, answer, edit or tool request can pin a web process.
+    RE2's ``$`` is JSON Schema's (ECMA-262's): the end of the text, never before a trailing
+    newline, as Python's is.
     """
-    if "(?m" in pattern:
-        return re.compile(pattern)
-    out: list[str] = []
-    in_class = escaped = False
-    for char in pattern:
-        if escaped:
-            escaped = False
-        elif char == "\\":
-            escaped = True
-        elif in_class:
-            in_class = char != "]"
-        elif char == "[":
-            in_class = True
-        elif char == "$":
-            out.append(r"\Z")
-            continue
-        out.append(char)
-    return re.compile("".join(out))
+    try:
+        return re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as exc:
+        raise UnsupportedPattern(
+            f"{pattern!r} is not a pattern this server runs ({_re2_reason(exc)}); patterns use "
+            "RE2 syntax: no look-around, no back-references"
+        ) from None
+
+
+def _re2_reason(exc: Exception) -> str:
+    reason = exc.args[0] if exc.args else str(exc)
+    return reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
+
+
+_VALUE_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
+
+
+def pattern_problems(schema: Any, pointer: str = "") -> list[dict[str, str]]:
+    """Every ``pattern`` and ``patternProperties`` key of ``schema`` that RE2 cannot run,
+    as ``{pointer, message}`` (a pointer into the schema)."""
+    found: list[dict[str, str]] = []
+    if isinstance(schema, dict):
+        for key, value in schema.items():
+            here = f"{pointer}/{_escape(key)}"
+            if key in _VALUE_KEYWORDS:
+                continue  # values, not schemas: a "pattern" key there is data
+            if key == "pattern" and isinstance(value, str):
+                try:
+                    _anchored_at_end(value)
+                except UnsupportedPattern as exc:
+                    found.append({"pointer": here, "message": str(exc)})
+            elif key == "patternProperties" and isinstance(value, dict):
+                for name, sub in value.items():
+                    try:
+                        _anchored_at_end(name)
+                    except UnsupportedPattern as exc:
+                        found.append({"pointer": f"{here}/{_escape(name)}", "message": str(exc)})
+                    found += pattern_problems(sub, f"{here}/{_escape(name)}")
+            else:
+                found += pattern_problems(value, here)
+    elif isinstance(schema, list):
+        for index, item in enumerate(schema):
+            found += pattern_problems(item, f"{pointer}/{index}")
+    return found
+
+
+def _search(pattern: str, text: str) -> bool:
+    try:
+        return _anchored_at_end(pattern).search(text) is not None
+    except UnsupportedPattern:
+        return False
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
-    if validator.is_type(instance, "string") and not _anchored_at_end(pattern).search(instance):
+    if validator.is_type(instance, "string") and not _search(pattern, instance):
         yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
@@ -100,7 +144,7 @@ def _pattern_properties(
         return
     for pattern, subschema in patterns.items():
         for key, value in instance.items():
-            if _anchored_at_end(pattern).search(key):
+            if _search(pattern, key):
                 yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 
@@ -110,11 +154,11 @@ def _additional_properties(
     if not validator.is_type(instance, "object"):
         return
     properties = schema.get("properties", {})
-    patterns = [_anchored_at_end(p) for p in schema.get("patternProperties", {})]
+    patterns = list(schema.get("patternProperties", {}))
     extras = sorted(
         key
         for key in instance
-        if key not in properties and not any(p.search(key) for p in patterns)
+        if key not in properties and not any(_search(p, key) for p in patterns)
     )
     if validator.is_type(allowed, "object"):
         for extra in extras:
@@ -202,6 +246,13 @@ def compile_schema(schema: Any) -> dict[str, Any]:
         raise HoldpointError(
             "invalid_input", f"accepted_schema is not valid JSON Schema: {exc.message}"
         ) from None
+    unsupported = pattern_problems(compiled)
+    if unsupported:
+        raise HoldpointError(
+            "invalid_input",
+            f"The schema has a pattern this server does not run: {unsupported[0]['message']}.",
+            errors=unsupported,
+        )
     return compiled
 
 

@@ -44,6 +44,8 @@ class AttemptReason(models.TextChoices):
     LEASE_EXPIRED = "lease_expired", _("Lease expired")
     # The agent's gate closed at a step boundary; the attempt goes on when it reopens.
     HELD = "held", _("Held by an agent pause")
+    # Its worker shut down gracefully and gave the lease back (release, reason shutdown).
+    RELEASED = "released", _("Handed over by a stopping worker")
 
 
 class FailureClass(models.TextChoices):
@@ -131,20 +133,19 @@ HOLDING = frozenset({S.INPUT_REQUIRED, S.AUTH_REQUIRED})
 ANSWERABLE = HOLDING | {S.PAUSED}
 # States in which a worker holds (or held) a lease on the current attempt.
 LEASED = frozenset({S.RUNNING, S.CANCEL_REQUESTED, S.PAUSE_REQUESTED})
-CANCELLABLE = frozenset(
-    {
-        S.QUEUED,
-        S.RUNNING,
-        S.INPUT_REQUIRED,
-        S.AUTH_REQUIRED,
-        S.WAITING,
-        S.CANCEL_REQUESTED,
-        S.PAUSE_REQUESTED,
-        S.PAUSED,
-    }
-)
-# States from which a pause is accepted (others are refused with invalid_state).
-PAUSABLE = frozenset(current for current, op in TRANSITIONS if op in ("pause", "pause_live"))
+
+
+def _from(*operations: str) -> frozenset[str]:
+    """The states from which the table allows one of ``operations``."""
+    return frozenset(current for current, op in TRANSITIONS if op in operations)
+
+
+# What a person may do to a run now, read off the table (the services refuse the rest; the
+# dashboard offers only these buttons). A run already cancelling is not offered Cancel
+# again (asking twice changes nothing, so the service accepts it quietly).
+CANCELLABLE = _from("cancel", "cancel_live")
+PAUSABLE = _from("pause", "pause_live")
+RETRYABLE = _from("retry")
 FINISHED_ATTEMPT = frozenset(
     {
         AttemptStatus.INTERRUPTED,

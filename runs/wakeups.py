@@ -5,44 +5,50 @@ watching worker when its run is cancelled or paused (``holdpoint_cancel`` /
 
 ``POST /api/worker/claim`` with ``wait`` holds the request until an attempt is due or the
 wait is over. Rather than one ``LISTEN`` connection per waiting request, one daemon
-thread per process listens on a dedicated connection and bumps a generation counter;
-each waiting request claims, and if nothing was due, waits for the counter to move (or
-for a short poll interval, which catches backoffs coming due and notifications sent
-while the listener was reconnecting). A wake-up between "nothing to claim" and "wait" is
-never lost: the request waits only while the generation it saw before claiming is current.
+thread per process listens on a dedicated connection. Each waiting request holds a
+``Ticket`` (which agents it may claim) for its whole wait, claims, and if nothing was due,
+waits until its ticket is woken (or for a short poll interval, which catches backoffs
+coming due and notifications sent while the listener was reconnecting).
 
-In-process changes (``on_run_changed``) wake waiters too, so SQLite and the tests' own
-transactions work without a listener.
+A ``NOTIFY holdpoint_work`` names the agent of one attempt that became due, so it wakes
+**one** waiting claim that may take it, not all of them: with hundreds of claims waiting
+in a process, waking all made hundreds of claim queries per notice for one attempt, and
+held the pool of database connections (issue 27). A claim that got a lease wakes the next
+waiting claim of that agent (one transaction may have made several attempts due under one
+notice: PostgreSQL folds identical notices), and a woken claim that leaves without looking
+(its wait over, its worker gone) hands its wake-up on. A wake-up between "nothing to
+claim" and "wait" is never lost: the ticket is held before the claim, and a ticket woken
+meanwhile does not wait.
+
+In-process changes (``on_run_changed``) wake every waiter when no listener hears the
+notices (SQLite, or the listener reconnecting), so SQLite and the tests' own transactions
+work without one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
-from django.db import connection, connections
+from django.conf import settings
+from django.db import connections
 
-from runs.events import CANCEL_CHANNEL, PAUSE_CHANNEL, WORK_CHANNEL, EventType, on_run_changed
-
-logger = logging.getLogger(__name__)
-
-# Events after which an attempt may be due (the same set the in-process workers wake on).
-_WORK_EVENTS = frozenset(
-    {
-        EventType.RUN_CREATED,
-        EventType.RUN_RESUMED,
-        EventType.RUN_CONTINUED,
-        EventType.RUN_HELD,
-        EventType.AGENT_UNPAUSED,
-        EventType.RUN_RETRIED,
-        EventType.RUN_QUEUED,
-        EventType.RUN_REQUEUED,
-        EventType.ATTEMPT_RELEASED,
-    }
+from runs.db import postgresql
+from runs.events import (
+    CANCEL_CHANNEL,
+    PAUSE_CHANNEL,
+    WORK_CHANNEL,
+    WORK_EVENTS,
+    EventType,
+    on_run_changed,
 )
 
+logger = logging.getLogger(__name__)
 
 # Events after which a watch of the run's attempt answers: a cancel or pause its worker
 # must hear of, or the end of the attempt (its watch has nothing left to wait for).
@@ -60,10 +66,20 @@ _STOP_EVENTS = frozenset(
 )
 
 
+@dataclass(eq=False)
+class Ticket:
+    """One waiting claim: which agents it may claim (``accepts``), and whether a notice woke
+    it since it last looked (``woken``; ``woken_for``: the agent named, None for everyone)."""
+
+    accepts: Callable[[str], bool]
+    woken: bool = False
+    woken_for: str | None = None
+
+
 class WorkWaiter:
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._generation = 0
+        self._tickets: list[Ticket] = []  # waiting claims, oldest first
         # Cancel and pause signals, by attempt id (NOTIFY) or run id (in-process): a
         # watching worker (POST /api/worker/attempts/{id}/watch) wakes on either.
         self._signals: dict[str, int] = {}
@@ -85,15 +101,60 @@ class WorkWaiter:
             self.shutting_down.set()
             self._cond.notify_all()
 
-    @property
-    def generation(self) -> int:
-        with self._cond:
-            return self._generation
-
     def wake(self) -> None:
+        """Wake every waiting claim (work whose agent is not known, a reconnection)."""
         with self._cond:
-            self._generation += 1
+            for ticket in self._tickets:
+                ticket.woken, ticket.woken_for = True, None
             self._cond.notify_all()
+
+    def wake_one(self, agent: str) -> None:
+        """An attempt of ``agent`` is due: wake the oldest waiting claim that may take it and
+        is not woken already (if every such claim is, each looks again anyway)."""
+        with self._cond:
+            self._wake_one(agent)
+
+    def _wake_one(self, agent: str) -> None:
+        for ticket in self._tickets:
+            if not ticket.woken and ticket.accepts(agent):
+                ticket.woken, ticket.woken_for = True, agent
+                self._cond.notify_all()
+                return
+
+    @contextlib.contextmanager
+    def waiting(self, accepts: Callable[[str], bool]) -> Iterator[Ticket]:
+        """Hold a ticket for a claim's whole wait (taken before its first look)."""
+        self.ensure_started()
+        ticket = Ticket(accepts)
+        with self._cond:
+            self._tickets.append(ticket)
+        try:
+            yield ticket
+        finally:
+            with self._cond:
+                self._tickets.remove(ticket)
+                if ticket.woken and ticket.woken_for is not None:
+                    self._wake_one(ticket.woken_for)  # woken, but gone without looking
+
+    def waiting_count(self) -> int:
+        """How many claims wait in this process."""
+        with self._cond:
+            return len(self._tickets)
+
+    def looking(self, ticket: Ticket) -> None:
+        """The claim of ``ticket`` is about to look: what woke it is seen by this look."""
+        with self._cond:
+            ticket.woken, ticket.woken_for = False, None
+
+    def wait_ticket(self, ticket: Ticket, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds unless ``ticket`` was woken since it last looked."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._cond:
+            while not ticket.woken and not self.shutting_down.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._cond.wait(left)
 
     def signal(self, key: str) -> None:
         with self._cond:
@@ -119,13 +180,6 @@ class WorkWaiter:
                     return
                 self._cond.wait(left)
 
-    def wait(self, seen: int, timeout: float) -> None:
-        """Wait up to ``timeout`` seconds unless the generation already moved past ``seen``."""
-        self.ensure_started()
-        with self._cond:
-            if self._generation == seen and not self.shutting_down.is_set():
-                self._cond.wait(max(0.0, timeout))
-
     @property
     def started(self) -> bool:
         return self._started
@@ -139,7 +193,7 @@ class WorkWaiter:
             self._started = True
             on_run_changed(self._on_run_changed)
             self._stop.clear()
-            if connection.vendor == "postgresql":
+            if postgresql():
                 self._thread = threading.Thread(
                     target=self._listen, name="holdpoint-claim-listener", daemon=True
                 )
@@ -163,15 +217,17 @@ class WorkWaiter:
             self._closed = False
 
     def _on_run_changed(self, run_id: str, event_type: str) -> None:
-        if event_type in _WORK_EVENTS:
-            self.wake()
+        if event_type in WORK_EVENTS:
+            # With a listener, the commit's NOTIFY names the agent and wakes one claim.
+            if not self.listening.is_set():
+                self.wake()
         elif event_type in _STOP_EVENTS:
             self.signal(run_id)
 
     def _listen(self) -> None:
         def dispatch(channel: str, payload: str) -> None:
             if channel == WORK_CHANNEL:
-                self.wake()
+                self.wake_one(payload)
             else:
                 self.signal(payload)
 
@@ -185,6 +241,29 @@ class WorkWaiter:
 
 
 waiter = WorkWaiter()
+
+
+def listen_connection_params() -> dict[str, Any]:
+    """psycopg.connect's arguments for the LISTEN connection: ``DATABASE_LISTEN_URL``'s
+    database when set (PostgreSQL itself, past PgBouncer's transaction pooling, which
+    would hand NOTIFY to whichever client holds the server connection, or to none),
+    else the default database's."""
+    listen: dict[str, Any] | None = settings.DATABASE_LISTEN
+    if listen is None:
+        params = connections["default"].get_connection_params()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        return params
+    direct = {
+        "dbname": listen["NAME"],
+        "user": listen["USER"],
+        "password": listen["PASSWORD"],
+        "host": listen["HOST"],
+        "port": listen["PORT"],
+    }
+    options: dict[str, Any] = dict(listen["OPTIONS"])
+    options.pop("pool", None)
+    return {**{k: v for k, v in direct.items() if v}, **options}
 
 
 def listen_for_changes(
@@ -202,9 +281,7 @@ def listen_for_changes(
     The one listener loop of the in-process workers and the long-polling claim."""
     import psycopg
 
-    params = connections["default"].get_connection_params()
-    params.pop("cursor_factory", None)
-    params.pop("context", None)
+    params = listen_connection_params()
     delay = 0.5
     while not stop.is_set():
         try:

@@ -1,159 +1,41 @@
-"""What a running attempt and the threads around it share: the lease, the stop signals,
-the cost so far, and the one path by which the attempt writes to the run store.
-
-A step runs in a worker thread; the heartbeat thread and the notification listener
-set ``cancel`` or ``stale`` on the attempt's ``AttemptControl``; the step sees them
-at its next safe point (any ``ctx`` call, or the step boundary). ``pause`` is seen
-only at the step boundary: a pause is not a fence, the step finishes and commits.
-"""
+"""An attempt's control in the server's process: the agent SDK's one ``AttemptControl``
+(``holdpoint_client/control.py``: the signals, the safe point, the cost) holding the run
+store's ``Lease``. The heartbeat thread and the notification listener of ``worker.py``
+set its signals; the fence of the run store decides the rest."""
 
 from __future__ import annotations
 
-import logging
 import threading
-from collections.abc import Callable
-from decimal import Decimal
-from typing import Any, TypeVar
 
-from runs.errors import HoldpointError
+from holdpoint_client.control import (
+    AttemptControl as SdkControl,
+)
+from holdpoint_client.control import (
+    CancelRequested,
+    HoldPointReached,
+    LeaseLost,
+    SideEffectUnknown,
+    StepTimeout,
+    Unwind,
+)
+
 from runs.services import Lease
 
-logger = logging.getLogger("runtime")
-
-T = TypeVar("T")
-
-
-class Unwind(BaseException):
-    """Unwinds a step. A ``BaseException`` so that an agent's ``except Exception``
-    cannot swallow it by accident (the same choice as ``GeneratorExit``)."""
-
-
-class HoldPointReached(Unwind):
-    """The checkpoint and the question are saved; the attempt ends ``interrupted``."""
-
-    def __init__(self, request_id: str) -> None:
-        super().__init__(request_id)
-        self.request_id = request_id
+__all__ = [
+    "AttemptControl",
+    "CancelRequested",
+    "HoldPointReached",
+    "LeaseLost",
+    "SideEffectUnknown",
+    "StepTimeout",
+    "Unwind",
+]
 
 
-class CancelRequested(Unwind):
-    """The run was cancelled: stop here and acknowledge with ``attempt_release``."""
-
-
-class LeaseLost(Unwind):
-    """A write was refused ``stale_worker``: another worker owns the run now. Stop
-    without writing anything more (outcomes of external actions excepted)."""
-
-
-class StepTimeout(Unwind):
-    """The step ran past its ``timeout`` (``@agent.step(timeout=…)``) and was stopped at a
-    safe point. The attempt fails ``transient`` with error type ``StepTimeout``; an
-    agent's ``except Exception`` cannot swallow it."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-class SideEffectUnknown(Unwind):
-    """Whether an external action happened is unknown. The attempt fails with class
-    ``side_effect_unknown`` and automatic retries stop until it is reconciled; an agent
-    cannot catch this and carry on as if it knew."""
-
-    def __init__(self, message: str, *, operation_id: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.operation_id = operation_id
-
-
-class AttemptControl:
-    """The shared, thread-safe state of one attempt while a worker holds its lease."""
+class AttemptControl(SdkControl):
+    """The shared, thread-safe state of one attempt while a worker of this process holds
+    its lease."""
 
     def __init__(self, lease: Lease, shutdown: threading.Event | None = None) -> None:
+        super().__init__(lease.attempt_id, shutdown)
         self.lease = lease
-        self.cancel = threading.Event()
-        self.stale = threading.Event()
-        # Stop at the next step boundary (the run was paused, or its agent's gate closed).
-        self.pause = threading.Event()
-        # Shared by all attempts of a worker pool: finish the current step, then release.
-        self.shutdown = shutdown if shutdown is not None else threading.Event()
-        # Set whenever cancel or stale is: wakes a step sleeping in ctx.sleep at once.
-        self.wake = threading.Event()
-        # Set before the final write (complete, fail, interrupt, release): from then on a
-        # heartbeat that is refused because the attempt ended is expected, not news.
-        self.finishing = threading.Event()
-        self.stale_reason = ""
-        self._cost = Decimal("0")
-        self._lock = threading.Lock()
-
-    # Signals -------------------------------------------------------------------------
-
-    def request_cancel(self, source: str) -> None:
-        if not self.cancel.is_set():
-            logger.info("attempt %s: cancel requested (%s)", self.lease.attempt_id, source)
-        self.cancel.set()
-        self.wake.set()
-
-    def request_pause(self, source: str) -> None:
-        """Stop at the next step boundary. Not a wake-up: the step runs to its end."""
-        if not self.pause.is_set():
-            logger.info("attempt %s: pause requested (%s)", self.lease.attempt_id, source)
-        self.pause.set()
-
-    def mark_stale(self, reason: str) -> None:
-        if not self.stale.is_set():
-            logger.warning("attempt %s: lease lost: %s", self.lease.attempt_id, reason)
-            self.stale_reason = reason
-        self.stale.set()
-        self.wake.set()
-
-    def check(self) -> None:
-        """A safe point: unwind if the lease is gone or the run was cancelled."""
-        if self.stale.is_set():
-            raise LeaseLost(self.stale_reason)
-        if self.cancel.is_set():
-            raise CancelRequested()
-
-    # Cost ----------------------------------------------------------------------------
-
-    def add_cost(self, amount: Decimal) -> Decimal:
-        with self._lock:
-            self._cost += amount
-            return self._cost
-
-    @property
-    def cost(self) -> Decimal:
-        with self._lock:
-            return self._cost
-
-    def cost_arg(self) -> str | None:
-        cost = self.cost
-        return str(cost) if cost else None
-
-    # Writes --------------------------------------------------------------------------
-
-    def epochs(self) -> dict[str, Any]:
-        return {
-            "attempt_id": self.lease.attempt_id,
-            "lease_epoch": self.lease.lease_epoch,
-            "cancel_epoch": self.lease.cancel_epoch,
-        }
-
-    def write(self, service: Callable[..., T], **kwargs: Any) -> T:
-        """Call a fenced run service with this attempt's epochs.
-
-        A refusal by the fence unwinds the step: ``stale_worker`` means someone else
-        owns the run (write nothing more), ``stale_after_cancel`` means stop and
-        acknowledge the cancel.
-        """
-        self.check()
-        try:
-            return service(**self.epochs(), **kwargs)
-        except HoldpointError as exc:
-            if exc.code == "stale_worker":
-                self.mark_stale(f"{service.__name__} refused ({exc.code}): {exc.detail}")
-                raise LeaseLost(exc.detail) from exc
-            if exc.code == "stale_after_cancel":
-                self.request_cancel(f"{service.__name__} refused ({exc.code})")
-                raise CancelRequested() from exc
-            raise

@@ -8,7 +8,8 @@ in-process ones, so the dashboard shows them all.
   when npm is there).
 
 They are separate processes talking HTTP to this server with a worker token made for
-them at each start (``demo-remote``; the previous one is revoked). They declare their
+them at each start (``demo-remote``; the previous one is revoked), each by its own name on
+the Workers page (``demo-remote-python``, ``demo-remote-typescript``). They declare their
 agents, long-poll for work, and are stopped (SIGTERM: leases released) with the server.
 """
 
@@ -69,13 +70,21 @@ def start_remote_demo(url: str, receiver_url: str) -> RemoteDemo:
         "HOLDPOINT_DEMO_RECEIVER": receiver_url,
         "PYTHONUNBUFFERED": "1",
     }
-    common = ["--url", url, "--name", "demo-remote"]
+    common = ["--url", url]
     logs = Path(settings.VAR_DIR)
     if importlib.util.find_spec("holdpoint_client") is None:
         demo.skipped["python"] = "pip install ./clients/python"
     else:
         demo.processes["python"] = _spawn(
-            [sys.executable, "-m", "holdpoint_client.cli", *common, "holdpoint_client.demo:AGENTS"],
+            [
+                sys.executable,
+                "-m",
+                "holdpoint_client.cli",
+                *common,
+                "--name",
+                "demo-remote-python",
+                "holdpoint_client.demo:AGENTS",
+            ],
             Path(settings.BASE_DIR),
             env,
             logs / "remote-python.log",
@@ -89,7 +98,14 @@ def start_remote_demo(url: str, receiver_url: str) -> RemoteDemo:
         demo.skipped["typescript"] = "cd clients/typescript && npm ci && npm run build"
     else:
         demo.processes["typescript"] = _spawn(
-            ["node", "dist/cli.js", *common, "./examples/demo.mjs:AGENTS"],
+            [
+                "node",
+                "dist/cli.js",
+                *common,
+                "--name",
+                "demo-remote-typescript",
+                "./examples/demo.mjs:AGENTS",
+            ],
             client,
             env,
             logs / "remote-typescript.log",

@@ -1,8 +1,9 @@
 """The dev loop: ``runagents --reload`` and the one-worker-process rule on SQLite.
 
 ``runagents --reload`` is a small supervisor: it runs ``manage.py runagents`` (without
-``--reload``) as a child process and watches the Python files of the project and of the
-agent modules. When one changes it sends the child SIGTERM, which stops it the way a
+``--reload``) as a child process and watches the Python files the child imported: the
+agent modules and what they import (the child lists them, ``ImportsReport``), not an
+author's tests and scripts beside them. When one changes it sends the child SIGTERM, which stops it the way a
 deployment does: each worker finishes its step (or, after ``--grace-seconds``, is
 abandoned at once) and releases its lease, so the new child takes the run over at once
 from its checkpoint instead of waiting for a lease to run out. A child that exits by
@@ -19,10 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import signal
 import subprocess
 import sys
+import sysconfig
+import tempfile
 import threading
 import time
 from collections.abc import Iterable
@@ -31,7 +35,8 @@ from typing import IO, Any
 
 from django.conf import settings
 from django.core.management.base import CommandError
-from django.db import connection
+
+from runs.db import sqlite
 
 SKIPPED_DIRS = {".venv", "venv", "var", "node_modules", "__pycache__", ".git", ".mypy_cache"}
 
@@ -42,7 +47,7 @@ SKIPPED_DIRS = {".venv", "venv", "var", "node_modules", "__pycache__", ".git", "
 def hold_worker_lock(what: str) -> IO[str] | None:
     """On SQLite, take the database's worker lock for this process (kept while the returned
     file is open); raise ``CommandError`` when another process holds it. None elsewhere."""
-    if connection.vendor != "sqlite":
+    if not sqlite():
         return None
     import fcntl
 
@@ -72,58 +77,135 @@ def hold_worker_lock(what: str) -> IO[str] | None:
 
 # -- runagents --reload ---------------------------------------------------------------------------
 
+# The file in which a child ``runagents`` lists the Python files it imported (its path is
+# given by the supervisor in this environment variable).
+IMPORTS_ENV = "HOLDPOINT_RELOAD_IMPORTS"
+_STDLIB = tuple(
+    str(Path(p).resolve()) + os.sep
+    for p in {sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")}
+    if p
+)
 
-def watched_roots() -> list[Path]:
-    """The project and the folders of the agent modules (which may live elsewhere)."""
-    roots = [Path(settings.BASE_DIR)]
+
+def imported_files() -> dict[Path, float]:
+    """The source file of every module this process imported, with its modification time:
+    the agent modules and everything they import, ours and the libraries'. The standard
+    library is left out (it does not change under a running process)."""
+    files: dict[Path, float] = {}
+    for module in list(sys.modules.values()):
+        name = getattr(module, "__file__", None)
+        if not isinstance(name, str) or not name.endswith(".py"):
+            continue  # built in, compiled, or a namespace package
+        path = Path(name).resolve()
+        if str(path).startswith(_STDLIB):
+            continue
+        with contextlib.suppress(OSError):
+            files[path] = path.stat().st_mtime
+    return files
+
+
+class ImportsReport:
+    """In a child of ``runagents --reload``: tell the supervisor which files to watch, at
+    start and again whenever a step imported more (an ``import`` inside a function)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = Path(path) if path else None
+        self.modules = -1
+
+    @classmethod
+    def from_env(cls) -> ImportsReport:
+        return cls(os.environ.get(IMPORTS_ENV))
+
+    def refresh(self) -> None:
+        if self.path is None or len(sys.modules) == self.modules:
+            return
+        self.modules = len(sys.modules)
+        files = {str(p): mtime for p, mtime in imported_files().items()}
+        partial = self.path.with_suffix(".tmp")
+        partial.write_text(json.dumps(files), encoding="utf-8")
+        partial.replace(self.path)  # the supervisor never reads half a list
+
+
+def agent_folders() -> list[Path]:
+    """The folders of the agent modules: watched whole only while the child is down."""
+    folders: list[Path] = []
     for module in settings.HOLDPOINT_AGENT_MODULES:
         with contextlib.suppress(ImportError, ValueError):
             spec = importlib.util.find_spec(module)
             if spec is not None and spec.origin:
-                origin = Path(spec.origin).resolve()
-                folder = origin.parent
-                if not any(folder.is_relative_to(root) for root in roots):
-                    roots.append(folder)
-    return roots
+                folder = Path(spec.origin).resolve().parent
+                if folder not in folders:
+                    folders.append(folder)
+    return folders
 
 
-def snapshot(roots: Iterable[Path]) -> dict[Path, float]:
-    """The modification time of every Python file under ``roots``."""
-    files: dict[Path, float] = {}
-    for root in roots:
+def folder_files(folders: Iterable[Path]) -> set[Path]:
+    """Every Python file under ``folders``."""
+    files: set[Path] = set()
+    for root in folders:
         for folder, dirs, names in os.walk(root):
             dirs[:] = [d for d in dirs if d not in SKIPPED_DIRS and not d.startswith(".")]
-            for name in names:
-                if name.endswith(".py"):
-                    path = Path(folder) / name
-                    with contextlib.suppress(OSError):
-                        files[path] = path.stat().st_mtime
+            files.update(Path(folder) / name for name in names if name.endswith(".py"))
     return files
 
 
-def changed_files(before: dict[Path, float], after: dict[Path, float]) -> list[Path]:
-    return sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
+def snapshot(paths: Iterable[Path]) -> dict[Path, float | None]:
+    """The modification time of each file (None: gone)."""
+    files: dict[Path, float | None] = {}
+    for path in paths:
+        try:
+            files[path] = path.stat().st_mtime
+        except OSError:
+            files[path] = None
+    return files
+
+
+def changed_files(before: dict[Path, float | None], after: dict[Path, float | None]) -> list[Path]:
+    """Files watched both times whose modification time moved (or that appeared or went)."""
+    return sorted(p for p in set(before) & set(after) if before[p] != after[p])
 
 
 class Reloader:
-    """Run ``command`` as a child process; restart it when a watched file changes."""
+    """Run ``command`` as a child process; restart it when a file it imported changes.
 
-    def __init__(self, command: list[str], *, interval: float, out: Any, stop_wait: float) -> None:
+    What is watched is what the child reports it imported (``ImportsReport``): the agent
+    modules and what they import, never an author's tests or scripts beside them. Until the
+    first report, what this process imported (it loaded the same agents to check them).
+    While the child is down by itself (a syntax error), every Python file in the agent
+    modules' folders too: the fix may be in a module it never got to import.
+    """
+
+    def __init__(
+        self,
+        command: list[str],
+        *,
+        interval: float,
+        out: Any,
+        stop_wait: float,
+        folders: list[Path] | None = None,
+    ) -> None:
         self.command = command
         self.interval = interval
         self.out = out
         self.stop_wait = stop_wait
+        self.folders = folders or []
         self.stopping = threading.Event()
         self.child: subprocess.Popen[bytes] | None = None
         self.restarts = 0
+        self.report: Path | None = None
+        self.imported: dict[Path, float] = {}
+        self.report_seen: int | None = None
 
     def say(self, text: str) -> None:
         self.out.write(f"runagents --reload: {text}")
         self.out.flush()
 
     def start_child(self) -> None:
+        env = dict(os.environ)
+        if self.report is not None:
+            env[IMPORTS_ENV] = str(self.report)
         # Its own session: Ctrl-C reaches the supervisor only, which stops the child once.
-        self.child = subprocess.Popen(self.command, start_new_session=True)  # noqa: S603
+        self.child = subprocess.Popen(self.command, start_new_session=True, env=env)  # noqa: S603
 
     def stop_child(self) -> None:
         """SIGTERM: finish the step and release the leases; after ``stop_wait`` a second
@@ -142,14 +224,48 @@ class Reloader:
                 child.kill()
                 child.wait()
 
+    def read_report(self) -> bool:
+        """Take the child's latest list of imported files; True when it is a new one."""
+        if self.report is None:
+            return False
+        try:
+            seen = self.report.stat().st_mtime_ns
+            if seen == self.report_seen:
+                return False
+            listed = json.loads(self.report.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        self.report_seen = seen
+        self.imported = {Path(p): float(mtime) for p, mtime in listed.items()}
+        return True
+
+    def watched(self, child_down: bool) -> set[Path]:
+        paths = set(self.imported)
+        if child_down:
+            paths |= folder_files(self.folders)
+        return paths
+
     def run(self) -> None:
-        roots = watched_roots()
-        files = snapshot(roots)
-        self.say(f"watching {len(files)} Python files under {', '.join(map(str, roots))}")
+        with tempfile.TemporaryDirectory(prefix="holdpoint-reload-") as folder:
+            self.report = Path(folder) / "imports.json"
+            self._run()
+
+    def _run(self) -> None:
+        self.imported = imported_files()
+        files = snapshot(self.watched(child_down=False))
+        self.say(
+            f"watching the {len(files)} Python files the agent modules load "
+            f"(from {', '.join(map(str, self.folders)) or 'the project'})"
+        )
         self.start_child()
         reported_exit = False
         while not self.stopping.wait(self.interval):
-            now = snapshot(roots)
+            child_down = self.child is not None and self.child.poll() is not None
+            if self.read_report():
+                # A file the child imported counts from the time it read it, so a change
+                # made between its import and this look restarts it too.
+                files = {**files, **{p: m for p, m in self.imported.items() if p not in files}}
+            now = snapshot(self.watched(child_down))
             changed = changed_files(files, now)
             files = now
             if changed:
@@ -162,7 +278,8 @@ class Reloader:
                 self.start_child()
                 self.restarts += 1
                 reported_exit = False
-            elif self.child is not None and self.child.poll() is not None and not reported_exit:
+            elif child_down and not reported_exit:
+                assert self.child is not None
                 self.say(
                     f"runagents exited with code {self.child.returncode}; it starts again "
                     "when a file changes"
@@ -202,6 +319,7 @@ def reload_forever(options: dict[str, Any], out: Any) -> None:
         interval=options.get("reload_interval") or 1.0,
         out=out,
         stop_wait=float(options["grace_seconds"]) + 5.0,
+        folders=agent_folders(),
     )
 
     def on_signal(signum: int, frame: Any) -> None:

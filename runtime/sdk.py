@@ -14,29 +14,33 @@ The runtime saves a checkpoint (the step to run next and its state) at every ste
 boundary, so a step is the unit of work that is repeated after a crash or a
 resume. The rules that follow from that are in ``docs/agents.md``.
 
-This module only gathers the SDK's names: the values and errors are in
-``runtime/types.py``, the agent class in ``runtime/agent.py``, the step's ``ctx`` in
-``runtime/context.py``. Agent modules are imported once the apps are ready
-(``runtime/apps.py``), so importing the run store from here is safe.
+This module only gathers the SDK's names. The SDK is written once, in the client package
+``holdpoint_client`` (the values and errors in ``types``, the step's ``ctx`` in
+``context``, the executor, the control); the agent class here (``runtime/agent.py``) is
+its ``Agent``, registered with the server when created. Nothing here needs Django
+configured: an agent module and its tests import it without a server (``import
+runtime.sdk`` works in any Python process), and the same agent runs in process
+(``runagents``), over HTTP (``holdpoint-worker``) or in memory
+(``holdpoint_client.testing.run_agent``) by how it is started.
 """
 
 from __future__ import annotations
 
-from runs.agents import RetryPolicy
-from runtime.agent import Agent, StepFunction
-from runtime.context import Context
-from runtime.types import (
-    Approval,
+# All the client package's: the values (a step's results, an approval, the retry policy),
+# the step's ``ctx`` and the errors a step raises.
+from holdpoint_client import Approval, Confirmed, Done, Next, RetryPolicy
+from holdpoint_client.context import Context
+from holdpoint_client.types import (
     ApprovalDenied,
-    Confirmed,
     CostBudgetExceeded,
     Deterministic,
-    Done,
-    Next,
+    EditRefused,
     SideEffectFailed,
     StepError,
     Transient,
 )
+
+from runtime.agent import Agent, StepFunction
 
 __all__ = [
     "Agent",
@@ -47,6 +51,7 @@ __all__ = [
     "CostBudgetExceeded",
     "Deterministic",
     "Done",
+    "EditRefused",
     "Next",
     "RetryPolicy",
     "SideEffectFailed",

@@ -21,6 +21,7 @@ in-process, ``NOTIFY holdpoint_pause``); it is honoured at the next step boundar
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import os
 import socket
@@ -31,36 +32,24 @@ from collections.abc import Iterable
 from django.db import DatabaseError, connection
 
 from runs import services
+from runs.db import postgresql
 from runs.events import (
     CANCEL_CHANNEL,
     PAUSE_CHANNEL,
     WORK_CHANNEL,
+    WORK_EVENTS,
     EventType,
     on_run_changed,
     remove_run_changed,
 )
 from runs.wakeups import listen_for_changes
+from runs.workers import PROCESS, TOUCH_SECONDS, Identity, default_lease_seconds
 from runtime import registry
 from runtime.control import AttemptControl
 from runtime.executor import execute
 from runtime.selectors import seconds_until_due
 
 logger = logging.getLogger("runtime")
-
-# Events after which an attempt may be due: wake idle workers of this process.
-WORK_EVENTS = frozenset(
-    {
-        EventType.RUN_CREATED,
-        EventType.RUN_RESUMED,
-        EventType.RUN_CONTINUED,
-        EventType.RUN_HELD,
-        EventType.AGENT_UNPAUSED,
-        EventType.RUN_RETRIED,
-        EventType.RUN_QUEUED,
-        EventType.RUN_REQUEUED,
-        EventType.ATTEMPT_RELEASED,
-    }
-)
 
 
 class Waker:
@@ -89,6 +78,13 @@ class Waker:
 
 def default_worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("holdpoint")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
 
 
 class WorkerPool:
@@ -127,7 +123,7 @@ class WorkerPool:
         self.concurrency = concurrency
         self.shutdown = stop_event if stop_event is not None else threading.Event()
         self.lease_seconds = lease_seconds
-        self.listen = listen and connection.vendor == "postgresql"
+        self.listen = listen and postgresql()
         self.poll_interval = poll_interval or (5.0 if self.listen else 0.5)
         self.sweep = sweep
         self.sweep_interval = sweep_interval
@@ -147,6 +143,8 @@ class WorkerPool:
             self._spawn("listener", self._listen_loop)
         if self.sweep:
             self._spawn("sweeper", self._sweep_loop)
+        # The Workers page lists this pool as a worker (runs/workers.py).
+        self._spawn("presence", self._presence_loop)
         for index in range(1, self.concurrency + 1):
             self._workers.append(self._spawn(f"worker-{index}", self._work_loop, index))
         logger.info(
@@ -195,6 +193,12 @@ class WorkerPool:
             if thread not in self._workers:
                 thread.join(2)
         remove_run_changed(self._on_run_changed)
+        try:
+            services.worker_stopped(principal=PROCESS, name=self.identity().name)
+        except DatabaseError as exc:
+            logger.warning("worker pool %s: could not say it stopped: %s", self.name, exc)
+        finally:
+            connection.close()
 
     def _release_all(self) -> None:
         with self._active_lock:
@@ -293,6 +297,36 @@ class WorkerPool:
             return self.poll_interval
         # A small floor: another worker may be claiming the due attempt right now.
         return min(self.poll_interval, max(due, 0.05))
+
+    def identity(self) -> Identity:
+        """Who this pool is, for the Workers page: in process, its name, host and pid."""
+        return Identity(
+            name=self.name[:100],
+            principal=PROCESS,
+            kind="process",
+            client="holdpoint-runtime",
+            client_version=_version(),
+            host=socket.gethostname()[:200],
+            pid=os.getpid(),
+            concurrency=self.concurrency,
+            agents=tuple(self.agents[:100]),
+            lease_seconds=self.lease_seconds or default_lease_seconds(),
+            wait_seconds=self.poll_interval,
+        )
+
+    def _presence_loop(self) -> None:
+        """Say the pool is here, written every ``TOUCH_SECONDS`` (whether its threads are
+        idle or busy); ``stop`` says it left."""
+        identity = self.identity()
+        try:
+            while not self.shutdown.is_set():
+                try:
+                    services.worker_seen(identity=identity)
+                except DatabaseError:
+                    connection.close()
+                self.shutdown.wait(TOUCH_SECONDS / 2)
+        finally:
+            connection.close()
 
     def _sweep_loop(self) -> None:
         try:

@@ -11,11 +11,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from ledger.models import SideEffect, SideEffectStatus
-from ledger.tools import Tool, tool_of_agent
-from runs.clock import db_now
+from ledger.tools import Tool, tool_for_agent
+from runs.db import db_now
 from runs.errors import HoldpointError
 from runs.events import append_event
-from runs.leases import lease_ran_out, lease_ran_out_q
+from runs.leases import lease_ran_out_q, worker_holds
 from runs.models import Attempt, Run
 from runs.services import lock_run
 from runs.states import AttemptStatus
@@ -98,9 +98,10 @@ def pending_is_stale(effect: SideEffect) -> bool:
 
 def effect_tool(effect: SideEffect) -> Tool:
     """The tool that performed ``effect``: for a remote agent's run, the agent's own
-    (``ledger.tools.tool_of_agent``), not a same-named tool of this process."""
+    (``ledger.tools.tool_for_agent``), not a same-named tool of this process or another
+    agent's."""
     agent = Run.objects.filter(pk=effect.run_id).values_list("agent", flat=True).first() or ""
-    return tool_of_agent(agent, effect.tool)
+    return tool_for_agent(agent, effect.tool)
 
 
 def lock_effect(operation_id: str) -> tuple[Run, SideEffect]:
@@ -149,11 +150,8 @@ def emit(run: Run, type: str, actor: str, effect: SideEffect, **payload: Any) ->
 
 
 def attempt_is_live(run: Run, attempt: Attempt, *, lease_now: dt.datetime) -> bool:
-    return (
-        attempt.status == AttemptStatus.RUNNING
-        and run.current_attempt_id == attempt.id
-        and not lease_ran_out(attempt.lease_expires_at, lease_now)
-    )
+    """Whether ``attempt``'s worker still holds the run (``runs.leases.worker_holds``)."""
+    return worker_holds(run, attempt, lease_now)
 
 
 def error_dict(error: Any) -> dict[str, Any] | None:

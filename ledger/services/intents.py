@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
@@ -42,9 +42,10 @@ from ledger.services._common import (
     emit,
     idempotency_key_for,
 )
-from ledger.tools import ActionFailed, Tool, can_compensate, get_tool, request_errors
+from ledger.tools import ActionFailed, Tool, can_compensate, request_errors, tool_for_agent
+from runs.approvals import editor_of, preapproval_stands
 from runs.errors import HoldpointError
-from runs.models import ApprovalVote, Attempt, InputRequest, Run
+from runs.models import Attempt, InputRequest, Run
 from runs.schemas import canonical_json
 from runs.services import lock_for_worker_write
 from runs.states import RequestKind, RequestStatus
@@ -144,6 +145,25 @@ def approved_action_hash(action: Any, answer: Any = None) -> str | None:
     )
 
 
+class ApprovalRecord(TypedDict, total=False):
+    """Who approved an effect, as the ledger keeps it on the side effect (``approval``) for
+    the audit trail and the report: where the approval came from (``start``: a
+    pre-approval; ``request``: an answered approval), by whom, when, their comment, the
+    hash of the action it covers, and, for an edited one, the plan, the edit and who made
+    it, and everyone whose approval counted."""
+
+    source: str
+    request_id: str | None
+    by: str | None
+    comment: str
+    at: str | None
+    action_hash: str
+    approvers: list[str]
+    edited: Any
+    original: Any
+    edited_by: str
+
+
 def edited_idempotency_key(*, run_id: str, step_id: str, tool: str, request: Any) -> str:
     """The key of a call an approver edited: its own, never the plan's (the plan was not
     approved and must not be taken for it by the external system or the ledger)."""
@@ -151,13 +171,13 @@ def edited_idempotency_key(*, run_id: str, step_id: str, tool: str, request: Any
     return f"{idempotency_key_for(run_id=run_id, step_id=step_id, tool=tool)}.e{digest}"
 
 
-def approval_for(run: Run, *, step_id: str, tool: str, target: str, request: Any) -> dict[str, Any]:
+def approval_for(run: Run, *, step_id: str, tool: str, target: str, request: Any) -> ApprovalRecord:
     """Who approved this irreversible action, or raise ``approval_required``.
 
     The returned record carries ``action_hash``, the hash of the action it covers.
     """
     wanted = action_hash(tool=tool, target=target, request=request)
-    if step_id in (run.approvals or []):
+    if step_id in (run.approvals or []) and preapproval_stands(run):
         creator = run.created_by.get_username() if run.created_by_id else None  # type: ignore[union-attr]
         return {
             "source": "start",
@@ -281,7 +301,7 @@ def _step_of(step_id: str) -> str:
 
 def approval_record(
     run: Run, *, step_id: str, tool: str = "", target: str = ""
-) -> dict[str, Any] | None:
+) -> ApprovalRecord | None:
     """Who approved this effect, for the audit trail (issue 15, point 5).
 
     Any effect, not only an irreversible one, done under an approval records it: the
@@ -293,7 +313,7 @@ def approval_record(
     denial. Never refuses anything: ``approval_for`` does that.
     """
     step = _step_of(step_id)
-    for approved in run.approvals or []:
+    for approved in run.approvals if preapproval_stands(run) else []:
         if isinstance(approved, str) and (approved == step_id or _step_of(approved) == step):
             creator = run.created_by.get_username() if run.created_by_id else None  # type: ignore[union-attr]
             return {
@@ -330,10 +350,10 @@ def approval_record(
     }
 
 
-def _edit_facts(request: InputRequest, answer: dict[str, Any]) -> dict[str, Any]:
+def _edit_facts(request: InputRequest, answer: dict[str, Any]) -> ApprovalRecord:
     """For the audit trail: what the approval covered when an approver edited the plan
     (the original next to the edit), and everyone whose approval counted."""
-    facts: dict[str, Any] = {}
+    facts: ApprovalRecord = {}
     if isinstance(answer.get("approvers"), list):
         facts["approvers"] = answer["approvers"]
     if "edited" in answer:
@@ -342,23 +362,15 @@ def _edit_facts(request: InputRequest, answer: dict[str, Any]) -> dict[str, Any]
         editable: dict[str, Any] = found if isinstance(found, dict) else {}
         facts["edited"] = answer["edited"]
         facts["original"] = editable.get("value", action.get("change"))
-        editor = (
-            ApprovalVote.objects.filter(request=request, round=request.edit_round)
-            .exclude(edited__isnull=True)
-            .select_related("user")
-            .order_by("created_at", "id")
-            .first()
-        )
+        editor = editor_of(request)
         if editor is not None:
-            facts["edited_by"] = (
-                editor.user.get_username() if editor.user is not None else editor.actor
-            )
+            facts["edited_by"] = editor
     return facts
 
 
 def _approval(
     run: Run, *, step_id: str, tool: str, target: str, request: Any, reversibility: str
-) -> Any:
+) -> ApprovalRecord | None:
     """An irreversible effect needs its approval of exactly this action (or raises); any
     other records one if given."""
     if reversibility == Reversibility.IRREVERSIBLE:
@@ -397,6 +409,69 @@ def _current_record(
         generation += 1
 
 
+@dataclass(frozen=True)
+class Intent:
+    """A side effect as the worker asks for it, checked before the run is locked: the tool
+    (the run's agent's), what it will be given (secret headers redacted for storing), how
+    far it can be undone, and how it would be undone."""
+
+    step_id: str
+    tool: str
+    target: str
+    request: Any
+    reversibility: str
+    compensating_action: Any
+
+
+def _checked_intent(
+    *,
+    attempt_id: str,
+    step_id: str,
+    tool: str,
+    target: str,
+    request: Any,
+    reversibility: str | None,
+    compensating_action: Any,
+    idempotency_key: str | None,
+) -> Intent:
+    """Everything that can refuse a begin without the run's lock: the tool is the run's
+    agent's (its own declaration, or a tool of the server; never another agent's), the
+    texts, the request against the tool's schema and its own checks, the reversibility the
+    call may claim, the supplied key. A tool's checks may take time and need no lock."""
+    agent = Attempt.objects.filter(pk=attempt_id).values_list("run__agent", flat=True).first()
+    if agent is None:
+        raise HoldpointError("not_found", f"There is no attempt {attempt_id!r}.")
+    the_tool = tool_for_agent(agent, tool)
+    check_text(step_id, "step_id", 100)
+    check_text(target, "target", 500)
+    if not isinstance(request, dict):
+        raise HoldpointError("invalid_input", "request must be a JSON object.")
+    if compensating_action is not None and not isinstance(compensating_action, dict):
+        raise HoldpointError("invalid_input", "compensating_action must be a JSON object.")
+    effective = effective_reversibility(the_tool, reversibility, compensating_action)
+    _check_schema(the_tool, request)
+    _validate(the_tool, "validate", request, pointer="/")
+    if compensating_action is not None:
+        _validate(the_tool, "validate_compensating_action", compensating_action, pointer=None)
+    if idempotency_key is not None:
+        check_supplied_key(idempotency_key)
+    planned = compensating_action
+    plan = getattr(the_tool, "plan_compensation", None)
+    if planned is None and effective != Reversibility.IRREVERSIBLE and callable(plan):
+        planned = plan(request)
+    # Secret headers (Authorization, cookies, API keys…) are never stored: the ledger, its
+    # events and the report keep "[redacted]"; the caller still holds the real request and
+    # hands it to the tool in memory (docs/security.md).
+    return Intent(
+        step_id=step_id,
+        tool=tool,
+        target=target,
+        request=redact_request(request),
+        reversibility=effective,
+        compensating_action=redact_request(planned),
+    )
+
+
 @transaction.atomic(durable=True)
 def side_effect_begin(
     *,
@@ -418,32 +493,19 @@ def side_effect_begin(
     ``approval_required`` (irreversible and not approved; nothing changes), or the
     fence's ``stale_after_cancel`` / ``stale_worker``. ``idempotency_key`` is for
     workers that bring their own; by default the ledger derives it from run, step
-    and tool.
+    and tool. What it answers follows the decision table (``DECISIONS``), one function
+    a row.
     """
-    the_tool = get_tool(tool)
-    check_text(step_id, "step_id", 100)
-    check_text(target, "target", 500)
-    if not isinstance(request, dict):
-        raise HoldpointError("invalid_input", "request must be a JSON object.")
-    if compensating_action is not None and not isinstance(compensating_action, dict):
-        raise HoldpointError("invalid_input", "compensating_action must be a JSON object.")
-    effective = effective_reversibility(the_tool, reversibility, compensating_action)
-    _check_schema(the_tool, request)
-    _validate(the_tool, "validate", request, pointer="/")
-    if compensating_action is not None:
-        _validate(the_tool, "validate_compensating_action", compensating_action, pointer=None)
-    if idempotency_key is not None:
-        check_supplied_key(idempotency_key)
-    planned = compensating_action
-    plan = getattr(the_tool, "plan_compensation", None)
-    if planned is None and effective != Reversibility.IRREVERSIBLE and callable(plan):
-        planned = plan(request)
-    # Secret headers (Authorization, cookies, API keys…) are never stored: the ledger, its
-    # events and the report keep "[redacted]"; the caller still holds the real request and
-    # hands it to the tool in memory (docs/security.md).
-    request = redact_request(request)
-    planned = redact_request(planned)
-
+    intent = _checked_intent(
+        attempt_id=attempt_id,
+        step_id=step_id,
+        tool=tool,
+        target=target,
+        request=request,
+        reversibility=reversibility,
+        compensating_action=compensating_action,
+        idempotency_key=idempotency_key,
+    )
     fenced = lock_for_worker_write(
         attempt_id=attempt_id,
         lease_epoch=lease_epoch,
@@ -451,55 +513,11 @@ def side_effect_begin(
         worker_token_id=worker_token_id,
     )
     run, attempt = fenced.run, fenced.attempt
-    worker = f"worker:{attempt.worker_id}"
     effect, generation, key = _current_record(
         run, step_id=step_id, tool=tool, supplied_key=idempotency_key
     )
-
     if effect is None:
-        approval = _approval(
-            run,
-            step_id=step_id,
-            tool=tool,
-            target=target,
-            request=request,
-            reversibility=effective,
-        )
-        effect = SideEffect(
-            run=run,
-            attempt=attempt,
-            step_id=step_id,
-            tool=tool,
-            generation=generation,
-            idempotency_key=key,
-            target=target,
-            request=request,
-            status=SideEffectStatus.PENDING,
-            reversibility=effective,
-            compensating_action=planned,
-            approval=approval,
-        )
-        try:
-            # A savepoint: a key taken meanwhile by another run must not break our transaction.
-            with transaction.atomic():
-                effect.save(force_insert=True)
-        except IntegrityError:
-            raise HoldpointError(
-                "invalid_input", "This idempotency_key already names another side effect."
-            ) from None
-        emit(
-            run,
-            SideEffectEvent.BEGUN,
-            worker,
-            effect,
-            attempt_id=attempt.id,
-            idempotency_key=key,
-            reversibility=effective,
-            generation=generation,
-            approved_by=approval["by"] if approval else None,
-        )
-        return _answer("act", effect)
-
+        return _begin_new(run, attempt, intent, generation=generation, key=key)
     decision = decision_for(effect.status)
     if decision == "refuse":
         raise HoldpointError(
@@ -509,66 +527,126 @@ def side_effect_begin(
             operation_id=effect.operation_id,
             idempotency_key=effect.idempotency_key,
         )
-
     if decision == "look_up":
-        # The worker that wrote the intent is gone (or this is a repeat of the same call):
-        # the act may or may not have happened. Responsibility moves to this attempt.
-        recorded = action_hash(tool=effect.tool, target=effect.target, request=effect.request)
-        if effective == Reversibility.IRREVERSIBLE and recorded != action_hash(
-            tool=tool, target=target, request=request
-        ):
-            # The re-run would do something else than what was approved and recorded: a
-            # look-up may end in an act, so that other action needs its own approval.
-            approval_for(run, step_id=step_id, tool=tool, target=target, request=request)
-        previous_attempt = effect.attempt_id
-        effect.attempt = attempt
-        effect.save(update_fields=["attempt", "updated_at"])
-        emit(
-            run,
-            SideEffectEvent.LOOK_UP,
-            worker,
-            effect,
-            attempt_id=attempt.id,
-            previous_attempt_id=previous_attempt,
-            idempotency_key=effect.idempotency_key,
-        )
-        return _answer("look_up", effect)
-
+        return _begin_look_up(run, attempt, intent, effect)
     if decision == "reuse":
         emit(
             run,
             SideEffectEvent.REUSED,
-            worker,
+            f"worker:{attempt.worker_id}",
             effect,
             attempt_id=attempt.id,
             external_reference=effect.external_reference,
         )
         return _answer("reuse", effect)
+    return _begin_again(run, attempt, intent, effect)
 
-    # FAILED: it did not happen, so it may be done now. The same key is sent again: if the
-    # "failure" was wrong after all, the external system recognises the key.
-    assert effect.status == SideEffectStatus.FAILED, effect.status
-    approval = _approval(
-        run, step_id=step_id, tool=tool, target=target, request=request, reversibility=effective
+
+def _intent_approval(run: Run, intent: Intent) -> Any:
+    return _approval(
+        run,
+        step_id=intent.step_id,
+        tool=intent.tool,
+        target=intent.target,
+        request=intent.request,
+        reversibility=intent.reversibility,
     )
+
+
+def _begin_new(run: Run, attempt: Attempt, intent: Intent, *, generation: int, key: str) -> Begin:
+    """No record: write ``pending`` (an irreversible one only with its approval), act."""
+    approval = _intent_approval(run, intent)
+    effect = SideEffect(
+        run=run,
+        attempt=attempt,
+        step_id=intent.step_id,
+        tool=intent.tool,
+        generation=generation,
+        idempotency_key=key,
+        target=intent.target,
+        request=intent.request,
+        status=SideEffectStatus.PENDING,
+        reversibility=intent.reversibility,
+        compensating_action=intent.compensating_action,
+        approval=approval,
+    )
+    try:
+        # A savepoint: a key taken meanwhile by another run must not break our transaction.
+        with transaction.atomic():
+            effect.save(force_insert=True)
+    except IntegrityError:
+        raise HoldpointError(
+            "invalid_input", "This idempotency_key already names another side effect."
+        ) from None
+    emit(
+        run,
+        SideEffectEvent.BEGUN,
+        f"worker:{attempt.worker_id}",
+        effect,
+        attempt_id=attempt.id,
+        idempotency_key=key,
+        reversibility=intent.reversibility,
+        generation=generation,
+        approved_by=approval["by"] if approval else None,
+    )
+    return _answer("act", effect)
+
+
+def _begin_look_up(run: Run, attempt: Attempt, intent: Intent, effect: SideEffect) -> Begin:
+    """Pending: the worker that wrote the intent is gone (or this is a repeat of the same
+    call), and the act may or may not have happened. Responsibility moves to this attempt,
+    which asks the external system by key before anything else."""
+    recorded = action_hash(tool=effect.tool, target=effect.target, request=effect.request)
+    if intent.reversibility == Reversibility.IRREVERSIBLE and recorded != action_hash(
+        tool=intent.tool, target=intent.target, request=intent.request
+    ):
+        # The re-run would do something else than what was approved and recorded: a
+        # look-up may end in an act, so that other action needs its own approval.
+        approval_for(
+            run,
+            step_id=intent.step_id,
+            tool=intent.tool,
+            target=intent.target,
+            request=intent.request,
+        )
+    previous_attempt = effect.attempt_id
+    effect.attempt = attempt
+    effect.save(update_fields=["attempt", "updated_at"])
+    emit(
+        run,
+        SideEffectEvent.LOOK_UP,
+        f"worker:{attempt.worker_id}",
+        effect,
+        attempt_id=attempt.id,
+        previous_attempt_id=previous_attempt,
+        idempotency_key=effect.idempotency_key,
+    )
+    return _answer("look_up", effect)
+
+
+def _begin_again(run: Run, attempt: Attempt, intent: Intent, effect: SideEffect) -> Begin:
+    """Failed: it did not happen, so it may be done now. The same key is sent again: if the
+    "failure" was wrong after all, the external system recognises the key."""
+    assert effect.status == SideEffectStatus.FAILED, effect.status
+    approval = _intent_approval(run, intent)
     previous = {"error": effect.error, "resolution": effect.resolution or None}
     _rearm(
         effect,
         attempt=attempt,
-        target=target,
-        request=request,
-        reversibility=effective,
-        compensating_action=planned,
+        target=intent.target,
+        request=intent.request,
+        reversibility=intent.reversibility,
+        compensating_action=intent.compensating_action,
         approval=approval,
     )
     emit(
         run,
         SideEffectEvent.BEGUN,
-        worker,
+        f"worker:{attempt.worker_id}",
         effect,
         attempt_id=attempt.id,
         idempotency_key=effect.idempotency_key,
-        reversibility=effective,
+        reversibility=intent.reversibility,
         generation=effect.generation,
         approved_by=approval["by"] if approval else None,
         again_after=previous,

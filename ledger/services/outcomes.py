@@ -33,7 +33,7 @@ from ledger.services._common import (
 )
 from ledger.services.intents import side_effect_begin
 from ledger.tools import ActionFailed, OutcomeUnknown, get_tool
-from runs.clock import db_now
+from runs.db import db_now
 from runs.errors import HoldpointError
 from runs.models import Attempt, Run, WorkerToken
 

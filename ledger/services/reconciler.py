@@ -84,6 +84,13 @@ def _look_up_one(effect: SideEffect) -> bool:
     except OutcomeUnknown as exc:
         logger.info("reconciler: %s still cannot be told: %s", effect.operation_id, exc.message)
         return False
+    except Exception:
+        # A tool's own bug (an agent author's code) is "cannot tell" for this key, and the
+        # sweep goes on with the other keys; it asks again after the settle time.
+        logger.exception(
+            "reconciler: %s: the %s tool's look-up failed", effect.operation_id, tool.name
+        )
+        return False
     if outcome is None:
         side_effect_record_outcome(
             operation_id=effect.operation_id,

@@ -33,61 +33,23 @@ transaction (STYLE rule 8).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
+
+# The tool interface is the agent SDK's (one definition for the server's tools and an
+# agent's own): the values a tool returns and the errors it raises.
+from holdpoint_client.tools import (
+    ActionFailed,
+    Outcome,
+    OutcomeUnknown,
+    Tool,
+    ToolError,
+    ToolResult,
+)
 
 from runs.errors import HoldpointError
 
-
-@dataclass(frozen=True)
-class ToolResult:
-    """What an action produced: the external system's reference and a JSON result."""
-
-    external_reference: str
-    result: Any = None
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What ``lookup`` learned about an idempotency key."""
-
-    status: Literal["confirmed", "failed"]
-    external_reference: str = ""
-    result: Any = None
-    error: Any = None
-
-
-class ToolError(Exception):
-    """Base of what tools raise; ``as_error()`` is stored on the side effect."""
-
-    def __init__(self, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.message = message
-        self.details = details
-
-    def as_error(self) -> dict[str, Any]:
-        error: dict[str, Any] = {"type": type(self).__name__, "message": self.message}
-        if self.details:
-            error["details"] = self.details
-        return error
-
-
-class OutcomeUnknown(ToolError):
-    """The action may or may not have happened (a timeout once the request was sent)."""
-
-
-class ActionFailed(ToolError):
-    """The action certainly did not happen (refused, invalid, never sent)."""
-
-
-@runtime_checkable
-class Tool(Protocol):
-    name: str
-    reversibility: str
-
-    def execute(self, request: Any, idempotency_key: str) -> ToolResult: ...
-
-    def lookup(self, idempotency_key: str) -> Outcome | None: ...
+if TYPE_CHECKING:
+    from runs.services.approvals import ToolFacts
 
 
 _registry: dict[str, Tool] = {}
@@ -130,14 +92,12 @@ class RemoteTool:
 
 
 def get_tool(name: str) -> Tool:
-    """Return the registered tool (or a declared remote one), else raise ``invalid_input``."""
+    """Return the tool this process registered under ``name``, else raise ``invalid_input``.
+
+    Only this process's tools: a tool an agent declared as running in its own process
+    belongs to that agent (``tool_for_agent``), never to whoever asks by its name."""
     tool = _registry.get(name)
     if tool is None:
-        from runs.services import declared_tool
-
-        declared = declared_tool(name)
-        if declared is not None:
-            return RemoteTool(name, declared.get("reversibility") or "irreversible")
         raise HoldpointError(
             "invalid_input",
             f"There is no tool named {name!r}; known tools: {', '.join(sorted(_registry)) or 'none'}.",
@@ -146,17 +106,60 @@ def get_tool(name: str) -> Tool:
     return tool
 
 
-def tool_of_agent(agent: str, name: str) -> Tool:
-    """The tool that performed (and alone can be asked about) an effect of a run of
-    ``agent``: a tool the agent declared as running in its own process is a ``RemoteTool``
-    even where this process registers another tool under the same name; asking that other
-    tool about the agent's key would hear "no record" of an act that did happen."""
-    from runs.services import agents_declaring_tool, declared_tool
+_REVERSIBILITY_ORDER = ("irreversible", "compensable", "reversible")
 
-    if agent in agents_declaring_tool(name):
-        declared = declared_tool(name) or {}
-        return RemoteTool(name, declared.get("reversibility") or "irreversible")
-    return get_tool(name)
+
+def _least_reversible(a: str, b: str) -> str:
+    return min(
+        (a, b), key=lambda r: _REVERSIBILITY_ORDER.index(r) if r in _REVERSIBILITY_ORDER else 0
+    )
+
+
+def tool_for_agent(agent: str, name: str) -> Tool:
+    """The tool that a run of ``agent`` calls ``name``, or raise ``invalid_input``.
+
+    - A tool the agent declared as running in its own process (``PUT /api/agents/{name}``)
+      is a ``RemoteTool`` with the agent's own declaration: no other agent's declaration
+      of the same name counts, whoever declared last.
+    - Else the tool this process registered (the shipped tools, an in-process agent's).
+    - A tool of the server keeps the server's reversibility: an agent's declaration of the
+      same name may make it less reversible, never more (the e-mail tool is irreversible
+      whatever a worker says).
+    """
+    from runs.services import declared_tool_of
+
+    registered = _registry.get(name)
+    declared = declared_tool_of(agent, name)
+    if declared is not None:
+        reversibility = declared.get("reversibility") or "irreversible"
+        if registered is not None:
+            reversibility = _least_reversible(reversibility, registered.reversibility)
+        return RemoteTool(name, reversibility)
+    if registered is not None:
+        return registered
+    raise HoldpointError(
+        "invalid_input",
+        f"Agent {agent!r} has no tool named {name!r}: declare it with the agent "
+        f"(PUT /api/agents/{agent}), or use one of {', '.join(sorted(_registry)) or 'none'}.",
+        tool=name,
+        agent=agent,
+    )
+
+
+def tool_facts(agent: str, name: str) -> ToolFacts | None:
+    """What the run store needs to judge an approval about ``name`` in a run of ``agent``
+    (registered into ``runs.services.register_tool_facts``): its reversibility, whether it
+    can undo a call it made, and its request schema; None when the agent has no such tool."""
+    try:
+        tool = tool_for_agent(agent, name)
+    except HoldpointError:
+        return None
+    schema = getattr(tool, "request_schema", None)
+    return {
+        "reversibility": tool.reversibility,
+        "can_compensate": can_compensate(tool),
+        "request_schema": schema if isinstance(schema, dict) else None,
+    }
 
 
 def registered_tools() -> list[Tool]:
@@ -208,6 +211,7 @@ __all__ = [
     "register_tool",
     "registered_tools",
     "request_errors",
-    "tool_of_agent",
+    "tool_facts",
+    "tool_for_agent",
     "unregister_tool",
 ]

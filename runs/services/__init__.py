@@ -10,7 +10,14 @@ from runs.services._base import (
     lock_run,
     user_or_none,
 )
-from runs.services.agents import Declared, agent_declare, agents_declaring_tool, declared_tool
+from runs.services.agents import (
+    Declared,
+    agent_declare,
+    agent_owners_set,
+    agents_declaring_tool,
+    declared_tool_of,
+)
+from runs.services.approvals import register_tool_facts
 from runs.services.control import (
     register_retry_guard,
     retry_blockers,
@@ -20,6 +27,7 @@ from runs.services.control import (
 )
 from runs.services.failures import attempt_fail, retry_budget
 from runs.services.lifecycle import (
+    MAX_HEARTBEAT_BATCH,
     WORKER_ID_MAX_LENGTH,
     Heartbeat,
     Lease,
@@ -29,6 +37,7 @@ from runs.services.lifecycle import (
     attempt_interrupt,
     attempt_log,
     attempt_release,
+    attempts_heartbeat,
     checkpoint_save,
     run_start,
 )
@@ -41,8 +50,10 @@ from runs.services.sweeps import (
     requests_expire,
     sweep_all,
 )
+from runs.services.workers import worker_seen, worker_stopped, workers_sweep
 
 __all__ = [
+    "MAX_HEARTBEAT_BATCH",
     "WORKER_ID_MAX_LENGTH",
     "Declared",
     "Heartbeat",
@@ -50,6 +61,7 @@ __all__ = [
     "UserLike",
     "actor_for",
     "agent_declare",
+    "agent_owners_set",
     "agent_pause",
     "agent_unpause",
     "agents_declaring_tool",
@@ -60,9 +72,10 @@ __all__ = [
     "attempt_interrupt",
     "attempt_log",
     "attempt_release",
+    "attempts_heartbeat",
     "backoffs_due",
     "checkpoint_save",
-    "declared_tool",
+    "declared_tool_of",
     "error_fingerprint",
     "history_purge",
     "leases_expire",
@@ -70,6 +83,7 @@ __all__ = [
     "lock_run",
     "register_retry_guard",
     "register_sweep",
+    "register_tool_facts",
     "requests_expire",
     "retry_blockers",
     "retry_budget",
@@ -80,4 +94,7 @@ __all__ = [
     "run_start",
     "sweep_all",
     "user_or_none",
+    "worker_seen",
+    "worker_stopped",
+    "workers_sweep",
 ]

@@ -3,24 +3,27 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import connection
 
-from runs import rows
-from runs.clock import row_now, with_db_now
+from runs import db
+from runs.db import postgresql, row_now, with_db_now
 from runs.errors import HoldpointError
-from runs.events import EventType, append_event, events_saved, notify_work, take_events
+from runs.events import EventType, append_event, notify_work, take_events
 from runs.leases import lease_ran_out
-from runs.metrics import STALE_WRITES
+from runs.metrics import CONTROL_LATENCY, CONTROL_OPERATIONS, STALE_WRITES
 from runs.models import AgentGate, Attempt, Checkpoint, InputRequest, Run, RunEvent
-from runs.states import AttemptStatus, RequestKind, RequestStatus, next_status
+from runs.states import AttemptReason, AttemptStatus, RequestKind, RequestStatus, next_status
 
 UserLike = AbstractBaseUser | AnonymousUser | None
 
@@ -28,6 +31,36 @@ UserLike = AbstractBaseUser | AnonymousUser | None
 def user_or_none(user: UserLike) -> Any:
     """The user to store on a row (``created_by``, ``answered_by``), or None for the system."""
     return user if user is not None and user.is_authenticated else None
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def measured(operation: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Count and time a control operation (``/metrics``); the outcome is ``ok`` or the
+    refusal's code."""
+
+    def decorate(func: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(func)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            started = time.perf_counter()
+            outcome = "ok"
+            try:
+                return func(*args, **kwargs)
+            except HoldpointError as exc:
+                outcome = exc.code
+                raise
+            except Exception:
+                outcome = "error"
+                raise
+            finally:
+                CONTROL_LATENCY.labels(operation).observe(time.perf_counter() - started)
+                CONTROL_OPERATIONS.labels(operation, outcome).inc()
+
+        return wrapper
+
+    return decorate
 
 
 def actor_for(user: UserLike, fallback: str = "system") -> str:
@@ -41,10 +74,10 @@ def lock_run(run_id: str) -> Run:
 
     The database's clock is read in the same statement (``row_now(run)``)."""
     run: Run | None
-    if connection.vendor == "postgresql":
-        found = rows.fetch(
+    if postgresql():
+        found = db.fetch(
             Run,
-            f"SELECT {rows.columns(Run, 'r')}, statement_timestamp() "  # noqa: S608 - names from the models
+            f"SELECT {db.columns(Run, 'r')}, statement_timestamp() "  # noqa: S608 - names from the models
             f'FROM "{Run._meta.db_table}" r WHERE r."id" = %s FOR UPDATE',
             [run_id],
         )
@@ -108,14 +141,13 @@ def write_run(
     run, each on its own table. Other databases (SQLite, the single-process mode) get the
     same rows statement by statement. ``new``: the run itself is inserted (``run_start``)."""
     events = take_events(run)
-    if connection.vendor != "postgresql":
+    if not postgresql():
         if new:
             run.save(force_insert=True)
         for obj in inserts or []:
             obj.save(force_insert=True)
         if events:
             RunEvent.objects.bulk_create(events)
-            events_saved(events)
         if attempt is not None:
             attempt.save(update_fields=attempt_fields)
         if not new:
@@ -158,7 +190,6 @@ def write_run(
     for obj in [*events, *(inserts or []), *([run] if new else [])]:
         obj._state.adding = False
         obj._state.db = connection.alias
-    events_saved(events)
 
 
 @dataclass(frozen=True)
@@ -191,10 +222,10 @@ def lock_for_worker_write(
     the version the lock holder before us left behind.
     """
     run: Run | None
-    if connection.vendor == "postgresql":
-        found = rows.fetch(
+    if postgresql():
+        found = db.fetch(
             Run,
-            f"SELECT {rows.columns(Run, 'r')}, statement_timestamp(), "  # noqa: S608 - names from the models
+            f"SELECT {db.columns(Run, 'r')}, statement_timestamp(), "  # noqa: S608 - names from the models
             f'EXISTS (SELECT 1 FROM "{AgentGate._meta.db_table}" g '
             'WHERE g."agent" = r."agent" AND g."paused") '
             f'FROM "{Run._meta.db_table}" r JOIN "{Attempt._meta.db_table}" a '
@@ -214,7 +245,7 @@ def lock_for_worker_write(
     if run is None:
         raise HoldpointError("not_found", f"There is no attempt {attempt_id!r}.")
     now = row_now(run)
-    attempt = rows.get(Attempt, attempt_id)
+    attempt = db.get(Attempt, attempt_id)
     assert attempt is not None  # an attempt is never deleted while its run lives
     if worker_token_id is not None and attempt.worker_token_id != worker_token_id:
         STALE_WRITES.labels("not_your_lease").inc()
@@ -256,6 +287,104 @@ def lock_for_worker_write(
     return Fenced(run=run, attempt=attempt, now=now)
 
 
+@dataclass(frozen=True)
+class Renewed:
+    """What a renewal read under the run lock: the new expiry and the run's signals."""
+
+    lease_expires_at: dt.datetime
+    renewed_at: dt.datetime  # the database's clock in the renewing statement
+    run_status: str
+    run_cancel_epoch: int
+    attempt_cancel_epoch: int
+    gate_closed: bool
+
+
+_RENEW_SQL: str | None = None
+
+
+def _renew_sql() -> str:
+    run, attempt, gate = Run._meta.db_table, Attempt._meta.db_table, AgentGate._meta.db_table
+    # The CTE takes the run's row lock as lock_for_worker_write's statement does (FOR UPDATE
+    # OF the run, found through the attempt), so a renewal is ordered with every change of
+    # the run exactly as before. Under READ COMMITTED the UPDATE then re-reads the attempt
+    # row if a writer changed it meanwhile, so both rows are judged as they now are.
+    return (
+        f'WITH locked AS (SELECT r."id", r."status", r."cancel_epoch", '  # noqa: S608 - names from the models
+        'r."lease_epoch", r."current_attempt_id", statement_timestamp() AS now, '
+        f'EXISTS (SELECT 1 FROM "{gate}" g WHERE g."agent" = r."agent" AND g."paused") '
+        f'AS gate_closed FROM "{run}" r JOIN "{attempt}" a ON a."run_id" = r."id" '
+        'WHERE a."id" = %s FOR UPDATE OF r) '
+        f'UPDATE "{attempt}" a SET "lease_expires_at" = locked.now + '
+        'make_interval(secs => %s), "last_heartbeat_at" = locked.now FROM locked '
+        'WHERE a."id" = %s AND a."run_id" = locked."id" '
+        # The fence of lock_for_worker_write with cancel_epoch=None, in its order: the
+        # token, the lease epoch (run and attempt), a running current attempt, a live lease.
+        'AND (%s::bigint IS NULL OR a."worker_token_id" = %s::bigint) '
+        'AND locked."lease_epoch" = %s AND a."lease_epoch" = %s '
+        'AND a."status" = %s AND locked."current_attempt_id" = a."id" '
+        # lease_ran_out (runs/leases.py): no expiry, or an expiry at or before now.
+        'AND a."lease_expires_at" IS NOT NULL AND a."lease_expires_at" > locked.now '
+        'RETURNING a."lease_expires_at", locked.now, locked."status", locked."cancel_epoch", '
+        'a."cancel_epoch", locked.gate_closed'
+    )
+
+
+def renew_lease(
+    *, attempt_id: str, lease_epoch: int, seconds: float, worker_token_id: int | None
+) -> Renewed | None:
+    """Renew a lease in one statement (PostgreSQL): the run lock, the fence of
+    ``lock_for_worker_write`` with ``cancel_epoch=None`` and the new expiry, all in the
+    one ``UPDATE … RETURNING``. Return None when the fence refuses (or on SQLite): the
+    caller then goes through ``lock_for_worker_write``, which says exactly why (the one
+    place the refusal's code, words and metrics come from). A refusal changes nothing.
+
+    Same fence, same lock, one round trip instead of four: renewals are most of the
+    worker calls (``bench/capacity.py``). ``tests/runs/test_renew_lease.py`` holds the two
+    to the same verdicts."""
+    global _RENEW_SQL
+    if not postgresql():
+        return None
+    if _RENEW_SQL is None:
+        _RENEW_SQL = _renew_sql()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _RENEW_SQL,
+            [
+                attempt_id,
+                seconds,
+                attempt_id,
+                worker_token_id,
+                worker_token_id,
+                lease_epoch,
+                lease_epoch,
+                AttemptStatus.RUNNING,
+            ],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return Renewed(
+        lease_expires_at=row[0],
+        renewed_at=row[1],
+        run_status=row[2],
+        run_cancel_epoch=row[3],
+        attempt_cancel_epoch=row[4],
+        gate_closed=bool(row[5]),
+    )
+
+
+# Attempts that run the same step again from the same checkpoint after the one before
+# them ended early: they carry its answer on. A person's retry plans afresh.
+_CARRY_THE_ANSWER = frozenset(
+    {
+        AttemptReason.LEASE_EXPIRED,
+        AttemptReason.RELEASED,
+        AttemptReason.AUTO_RETRY,
+        AttemptReason.HELD,
+    }
+)
+
+
 def queue_attempt(
     run: Run,
     *,
@@ -274,6 +403,23 @@ def queue_attempt(
     if number is None:  # a new run's first attempt is number 1 without asking
         latest = run.attempts.order_by("-number").values_list("number", flat=True).first()
         number = (latest or 0) + 1
+    if (
+        resume_request is None
+        and reason in _CARRY_THE_ANSWER
+        and resume_from is not None
+        and run.current_attempt_id
+    ):
+        # An attempt resumed with an answer that ended before its step moved past the
+        # checkpoint (a lost worker, a transient failure) hands the answer on: the step runs
+        # again from the same state and must still use what people approved, or stop and
+        # say so (runtime/questions.py), never go on as if nobody had been asked.
+        previous = (
+            Attempt.objects.filter(pk=run.current_attempt_id)
+            .values_list("resume_request_id", "resume_from_id")
+            .first()
+        )
+        if previous and previous[0] and previous[1] == resume_from.pk:
+            resume_request = InputRequest(pk=previous[0])
     attempt = Attempt(
         run=run,
         number=number,

@@ -10,17 +10,27 @@ changes what an existing run was validated against (docs/protocol.md, "Declaring
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
-from runs.agents import RetryPolicy, forget_declared_labels, python_agent_specs
+from runs.agents import (
+    RetryPolicy,
+    forget_declared_labels,
+    label_template_problem,
+    python_agent_specs,
+)
 from runs.approvals import parse_policy
 from runs.errors import HoldpointError
 from runs.models import AgentVersion, DeclaredAgent
 from runs.schemas import canonical_json, compile_schema, too_deep
+from runs.tokens import Serving
+
+logger = logging.getLogger(__name__)
 
 NAME_RE = re.compile(r"^[-a-zA-Z0-9_]{1,100}$")
 REVERSIBILITIES = ("reversible", "compensable", "irreversible")
@@ -118,8 +128,18 @@ def agent_declare(
     description: str = "",
     tools: Any = None,
     approval_policy: Any = None,
+    serving: Serving | None = None,
+    owners: list[str] | None = None,
 ) -> Declared:
-    """Create or update the declaration of agent ``name``; a new input schema makes a new version."""
+    """Create or update the declaration of agent ``name``; a new input schema makes a new version.
+
+    ``serving`` is what the declaring worker token may serve (``runs.tokens.serving_for``;
+    None: an administrator). The first declaration by a token makes it the agent's owner;
+    a token outside its scope or not among the owners is refused ``agent_not_yours``. An
+    administrator declaring a new agent may name its ``owners`` (token names) at once, so
+    that the token of the worker that will serve it may declare it too.
+    Declarations of the same new agent at once make one version: the first creates the
+    row, the others wait for it and update it."""
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise HoldpointError(
             "invalid_input", "An agent name is 1 to 100 letters, digits, - or _.", agent=name
@@ -143,6 +163,9 @@ def agent_declare(
         raise _invalid("/retry_policy", f"The retry policy is not valid: {exc}.") from None
     if not isinstance(label, str) or len(label) > MAX_LABEL:
         raise _invalid("/label", "label must be at most 200 characters.")
+    label_problem = label_template_problem(label)
+    if label_problem:
+        raise _invalid("/label", f"The label is not valid: {label_problem}.")
     if not isinstance(description, str) or len(description) > MAX_DESCRIPTION:
         raise _invalid("/description", "description must be at most 2,000 characters.")
     declared_tools = _tools(tools if tools is not None else [])
@@ -163,20 +186,43 @@ def agent_declare(
         "declared_by": actor[:200],
     }
 
-    agent = DeclaredAgent.objects.select_for_update().filter(name=name).first()
-    created = agent is None
-    current = (
-        None
-        if agent is None
-        else AgentVersion.objects.filter(agent=name, version=agent.version).first()
-    )
+    if serving is not None:
+        scoped_out = serving.why_not(name) if serving.allowed is not None else None
+        if scoped_out:
+            raise HoldpointError("agent_not_yours", scoped_out, agent=name, reason="not_in_scope")
+    # The row is the lock of the declaration. A new agent has no row to lock yet: insert it
+    # first (in a savepoint), so that two first declarations at once take turns on it
+    # instead of both creating version 1 (an IntegrityError, a 500).
+    created = False
+    if not DeclaredAgent.objects.filter(name=name).exists():
+        try:
+            with transaction.atomic():
+                DeclaredAgent.objects.create(
+                    name=name,
+                    version=1,
+                    declared_by=actor[:200],
+                    owners=[serving.token] if serving is not None else list(owners or []),
+                )
+            created = True
+        except IntegrityError:
+            pass  # declared meanwhile: locked and updated below
+    agent = DeclaredAgent.objects.select_for_update().get(name=name)
+    if serving is not None and not created and serving.token not in (agent.owners or []):
+        holders = ", ".join(agent.owners or []) or "an administrator"
+        raise HoldpointError(
+            "agent_not_yours",
+            f"Agent {name!r} belongs to {holders}; worker token {serving.token!r} may not "
+            f"declare it. An administrator can add it to the agent's owners "
+            f"(manage.py agent owners {name} --add {serving.token}).",
+            agent=name,
+            reason="owned_by_others",
+        )
+    current = AgentVersion.objects.filter(agent=name, version=agent.version).first()
     # A new input schema is a new version; the first declaration (or one made by the
     # management command, which keeps no versions) writes the current version's row.
     new_version = current is not None and canonical_json(current.input_schema) != canonical_json(
         schema
     )
-    if agent is None:
-        agent = DeclaredAgent(name=name, version=1)
     if new_version:
         agent.version += 1
     if current is None or new_version:
@@ -200,18 +246,19 @@ def agent_declare(
     return Declared(agent=agent, created=created, new_version=new_version)
 
 
-def declared_tool(name: str) -> dict[str, str] | None:
-    """The declaration of a tool that runs in an agent's process, by name (newest first)."""
+def declared_tool_of(agent: str, name: str) -> dict[str, str] | None:
+    """The declaration of tool ``name`` by agent ``agent`` itself (a tool that runs in that
+    agent's process), or None. Another agent's declaration of the same name is never it.
+    An agent of this process's Python registry declares nothing (it wins over a
+    declaration of the same name, as in ``runs.agents.agent_spec``)."""
     if not isinstance(name, str) or not NAME_RE.match(name):
         return None
-    # Few rows, and JSON containment is PostgreSQL's only: filter here (SQLite too).
-    declared = DeclaredAgent.objects.order_by("-updated_at").values_list(
-        "tool_declarations", flat=True
-    )
-    for tools in declared:
-        for tool in tools or []:
-            if isinstance(tool, dict) and tool.get("name") == name:
-                return tool
+    if any(spec.name == agent for spec in python_agent_specs()):
+        return None
+    tools = DeclaredAgent.objects.filter(name=agent).values_list("tool_declarations", flat=True)
+    for tool in next(iter(tools), None) or []:
+        if isinstance(tool, dict) and tool.get("name") == name:
+            return tool
     return None
 
 
@@ -231,3 +278,30 @@ def agents_declaring_tool(name: str) -> list[str]:
         if agent not in python
         and any(isinstance(t, dict) and t.get("name") == name for t in tools or [])
     )
+
+
+@transaction.atomic(durable=True)
+def agent_owners_set(
+    *,
+    name: str,
+    add: Iterable[str] = (),
+    remove: Iterable[str] = (),
+    actor: str,
+) -> list[str]:
+    """Change which worker tokens (by name) declared agent ``name`` belongs to; return its
+    owners. An administrator's move: a token among them may declare the agent and claim
+    its runs, any other is refused ``agent_not_yours``."""
+    agent = DeclaredAgent.objects.select_for_update().filter(name=name).first()
+    if agent is None:
+        raise HoldpointError("unknown_agent", f"There is no declared agent named {name!r}.")
+    add, remove = list(add), set(remove)
+    bad = [t for t in add if not NAME_RE.match(t)]
+    if bad:
+        raise HoldpointError("invalid_input", f"Not worker token names: {', '.join(bad)}.")
+    owners = [t for t in (agent.owners or []) if t not in remove]
+    owners += [t for t in add if t not in owners]
+    agent.owners = owners
+    agent.save(update_fields=["owners", "updated_at"])
+    # No run changed, so no run event: the audit line is the log's.
+    logger.info("agent %s now belongs to %s (set by %s)", name, owners or "no token", actor)
+    return owners

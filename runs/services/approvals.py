@@ -5,21 +5,36 @@ A decision is recorded (``ApprovalVote``) before anything else. An approval that
 the request short of its policy's N distinct approvals appends ``approval.given`` and
 keeps the request pending; the Nth approval (or a deny that closes, or a response)
 answers it. An approval with an edit starts a new round: the approvals before it
-approved other arguments and no longer count.
+approved other arguments and no longer count. A person who decides again in the same
+round changed their mind: the new decision supersedes theirs (``approval.changed``), and
+counts as any decision would (an approver who now denies closes the request).
+
+What an approval is about is the server's to say, not the worker's: the reversibility of
+a named tool comes from the tool (``approval_action``), through the lookup the ledger
+registers (``register_tool_facts``; the run store does not import the ledger).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypedDict
+
+from django.utils import timezone
 
 from runs.agents import approval_policy_for
 from runs.approvals import (
+    ApprovalAnswer,
+    Policy,
     approval_answer,
     approvals_so_far,
+    edit_that_counts,
     editable_of,
+    editor_of,
     is_new_edit,
     policy_of,
     resolve_policy,
+    same,
+    standing_votes,
     why_not_decide,
 )
 from runs.errors import HoldpointError
@@ -28,8 +43,86 @@ from runs.models import ApprovalVote, InputRequest, Run
 from runs.services._base import UserLike, user_or_none
 
 
-def policy_for_request(agent: str, action: dict[str, Any]) -> dict[str, Any]:
-    """The policy an approval of ``agent`` about ``action`` is asked under."""
+# What the server knows of a tool an agent names: ``{"reversibility": …, "request_schema":
+# …}``, or None for a name that is no tool of that agent. The ledger registers the lookup
+# (ledger/apps.py): a tool belongs to the agent that declared it, and a built-in tool's
+# reversibility is the server's.
+class ToolFacts(TypedDict):
+    """What the server knows of a tool an agent names (``register_tool_facts``)."""
+
+    reversibility: str
+    can_compensate: bool
+    request_schema: dict[str, Any] | None
+
+
+ToolFactsLookup = Callable[[str, str], "ToolFacts | None"]
+_tool_facts: list[ToolFactsLookup] = []
+
+REVERSIBILITIES = ("irreversible", "compensable", "reversible")
+
+
+def register_tool_facts(lookup: ToolFactsLookup) -> ToolFactsLookup:
+    if lookup not in _tool_facts:
+        _tool_facts.append(lookup)
+    return lookup
+
+
+def tool_facts(agent: str, tool: str) -> ToolFacts | None:
+    for lookup in _tool_facts:
+        found = lookup(agent, tool)
+        if found is not None:
+            return found
+    return None
+
+
+def least_reversible(a: str, b: str) -> str:
+    """Of two reversibilities, the one that can be undone least."""
+    known = [r for r in (a, b) if r in REVERSIBILITIES]
+    return min(known, key=REVERSIBILITIES.index) if known else ""
+
+
+def approval_action(agent: str, action: dict[str, Any]) -> dict[str, Any]:
+    """The approval's ``action`` as the server stores and judges it.
+
+    When it names a tool of the agent (its own declaration, or a tool of the server), the
+    reversibility is the tool's: a worker may call an action less reversible than its
+    tool, never more (except, as the ledger allows, a compensable call of a tool that can
+    undo it, with the plan to undo it), and its silence is not "reversible" (what a client
+    sends for ``ctx.approve(tool="email")``). An action that names no tool keeps the agent's word.
+    When the approver may edit the tool's request itself (the ledger's approval before an
+    irreversible call), the tool's request schema goes with the editable arguments, so an
+    edit the tool would refuse is refused when it is made.
+    """
+    claimed = str(action.get("reversibility") or "")
+    facts = tool_facts(agent, str(action.get("tool") or ""))
+    if facts is None:
+        return {**action, "reversibility": claimed if claimed in REVERSIBILITIES else ""}
+    own = str(facts.get("reversibility") or "irreversible")
+    if (
+        claimed == "compensable"
+        and own == "irreversible"
+        and facts.get("can_compensate")
+        and action.get("compensating_action")
+    ):
+        # The ledger's own rule (ledger/services/intents.py, effective_reversibility): a
+        # call of a tool that can undo what it does, with a plan to undo it, is compensable.
+        own = "compensable"
+    reversibility = least_reversible(own, claimed)
+    out = {**action, "reversibility": reversibility}
+    editable = action.get("editable")
+    request_schema = facts.get("request_schema")
+    if (
+        isinstance(editable, dict)
+        and isinstance(request_schema, dict)
+        and same(editable.get("value"), action.get("change"))
+    ):
+        out["editable"] = {**editable, "request_schema": request_schema}
+    return out
+
+
+def policy_for_request(agent: str, action: dict[str, Any]) -> Policy:
+    """The policy an approval of ``agent`` about ``action`` (as ``approval_action`` made
+    it) is asked under."""
     policy, source = approval_policy_for(agent)
     resolved = resolve_policy(
         policy,
@@ -41,9 +134,16 @@ def policy_for_request(agent: str, action: dict[str, Any]) -> dict[str, Any]:
     return resolved
 
 
+def _standing_vote_of(request: InputRequest, who: Any, actor: str) -> ApprovalVote | None:
+    """This person's (or, for the system, this actor's) standing decision in the round."""
+    votes = standing_votes(request)
+    votes = votes.filter(user=who) if who is not None else votes.filter(user=None, actor=actor)
+    return votes.order_by("-created_at", "-id").first()
+
+
 def approval_decide(
     run: Run, request: InputRequest, value: Any, *, user: UserLike, actor: str
-) -> dict[str, Any] | None:
+) -> ApprovalAnswer | None:
     """Record one person's decision; return the request's answer when it is decided, or
     None while it waits for more approvals. Refuses ``approval_not_allowed`` (who may not
     decide, and why) or ``invalid_input`` before writing anything."""
@@ -61,9 +161,7 @@ def approval_decide(
         who is None
         and decision == "approve"
         and not new_edit
-        and ApprovalVote.objects.filter(
-            request=request, round=request.edit_round, user=None, actor=actor, decision="approve"
-        ).exists()
+        and standing_votes(request).filter(user=None, actor=actor, decision="approve").exists()
     ):
         # Not a person, yet one actor counts once too (a script cannot be two approvers).
         raise HoldpointError(
@@ -82,6 +180,14 @@ def approval_decide(
         request.edit_round += 1
         request.edited = edit
     request.decisions += 1
+    name = who.get_username() if who is not None else actor
+    # A second decision in the same round by the same person is a change of mind: it
+    # supersedes the first (kept, with when it stopped counting). The run's lock, held by
+    # the caller, orders it against every other decision on this request.
+    earlier = None if edit is not None else _standing_vote_of(request, who, actor)
+    if earlier is not None:
+        earlier.superseded_at = timezone.now()
+        earlier.save(update_fields=["superseded_at"])
     ApprovalVote.objects.create(
         request=request,
         user=who,
@@ -91,7 +197,20 @@ def approval_decide(
         edited=edit,
         round=request.edit_round,
     )
-    name = who.get_username() if who is not None else actor
+    if earlier is not None:
+        append_event(
+            run,
+            EventType.APPROVAL_CHANGED,
+            actor,
+            {
+                "request_id": request.id,
+                "by": name,
+                "from": earlier.decision,
+                "to": decision,
+                "comment": answer.get("comment", ""),
+                "earlier_comment": earlier.comment,
+            },
+        )
     if decision == "approve":
         given = approvals_so_far(request)
         if len(given) < policy["required"]:
@@ -111,11 +230,12 @@ def approval_decide(
                 },
             )
             return None
-        final: dict[str, Any] = {"decision": "approve"}
+        final: ApprovalAnswer = {"decision": "approve"}
         if answer.get("comment"):
             final["comment"] = answer["comment"]
-        if request.edited is not None:
-            final["edited"] = request.edited
+        counted_edit = edit_that_counts(request.action, request.edited)
+        if counted_edit is not None:
+            final["edited"] = counted_edit
         if policy["required"] > 1:
             final["approvers"] = [
                 v.user.get_username() if v.user is not None else v.actor for v in given
@@ -123,6 +243,8 @@ def approval_decide(
         return final
     if decision == "deny" and not policy["any_deny_closes"]:
         request.save(update_fields=["decisions"])
+        if earlier is not None:
+            return None  # approval.changed says it: an approval became an objection
         append_event(
             run,
             EventType.APPROVAL_OBJECTED,
@@ -139,12 +261,7 @@ def answered_payload(request: InputRequest, answer: Any) -> dict[str, Any]:
     if not isinstance(answer, dict) or "edited" not in answer:
         return {}
     editable = editable_of(request.action)
-    editors = list(
-        ApprovalVote.objects.filter(request=request, round=request.edit_round)
-        .exclude(edited__isnull=True)
-        .values_list("actor", flat=True)[:1]
-    )
     return {
         "original": editable.value if editable is not None else None,
-        "edited_by": editors[0] if editors else None,
+        "edited_by": editor_of(request),
     }

@@ -12,14 +12,13 @@ from typing import Any
 from django.utils import timezone
 from django.utils.translation import gettext, gettext_noop
 
-from runs import rows
+from runs import db
 from runs.agents import agent_spec
-from runs.clock import row_now
+from runs.db import row_now
 from runs.errors import HoldpointError
 from runs.events import EventType, append_event, batched_events, cancel_notice, work_notice
 from runs.idempotency import joinable
-from runs.leases import lease_ran_out
-from runs.metrics import measured
+from runs.leases import worker_holds
 from runs.models import Attempt, Checkpoint, InputRequest, Run
 from runs.schemas import validate_value
 from runs.services._base import (
@@ -28,6 +27,7 @@ from runs.services._base import (
     clear_pause_request,
     close_pending_request,
     lock_run,
+    measured,
     queue_attempt,
     user_or_none,
     write_run,
@@ -35,6 +35,7 @@ from runs.services._base import (
 from runs.services.approvals import answered_payload, approval_decide
 from runs.states import (
     ANSWERABLE,
+    RETRYABLE,
     TERMINAL,
     AttemptReason,
     AttemptStatus,
@@ -60,7 +61,7 @@ def register_retry_guard(guard: RetryGuard) -> RetryGuard:
 def retry_blockers(run: Run) -> list[str]:
     """Why ``run`` may not be retried now (empty when it may); the dashboard shows these."""
     reasons: list[str] = []
-    if run.status not in (RunStatus.FAILED, RunStatus.CANCELLED):
+    if run.status not in RETRYABLE:
         reasons.append(
             gettext("Only a failed or cancelled run can be retried; this one is %(status)s.")
             % {"status": run.status}
@@ -102,11 +103,34 @@ def run_resume(
     """Answer the question that was asked, on the state it was asked on (compare-and-set).
 
     A stale caller (the request answered, expired, closed, or the run moved on) gets
-    a 409 that names who answered and when; nothing is re-run silently.
+    a 409 that names who answered and when; nothing is re-run silently. What the answer
+    is depends on the request's kind: a question's value, one person's decision on an
+    approval (which may leave it waiting for more), or nothing to continue a pause.
     """
     # The run lock makes the compare-and-set atomic: two resumes of one request
     # serialise here and the second sees the first one's answer.
     run = lock_run(run_id)
+    request = _the_request_asked(run, request_id, checkpoint_id)
+    actor = actor or actor_for(user)
+    if request.kind == RequestKind.PAUSE:
+        _no_value_to_continue(value)
+    elif request.kind == RequestKind.AUTH_REQUIRED:
+        # Under the approval's policy (runs/services/approvals.py): this decision may be
+        # one of several the request needs, and then it stays pending.
+        decided = approval_decide(run, request, value, user=user, actor=actor)
+        if decided is None:
+            run.save()
+            return run
+        value = decided
+    else:
+        validate_value(request.accepted_schema, value, what="answer")
+    _answer_and_queue(run, request, value, user=user, actor=actor)
+    return run
+
+
+def _the_request_asked(run: Run, request_id: str, checkpoint_id: str | None) -> InputRequest:
+    """The pending request ``request_id`` of ``run`` (locked), asked on the run's latest
+    checkpoint ``checkpoint_id`` and not expired; else the 409 that says what happened."""
     request = (
         InputRequest.objects.select_related("answered_by").filter(pk=request_id, run=run).first()
     )
@@ -152,32 +176,30 @@ def run_resume(
             "The run's state changed since this question was asked.",
             latest_checkpoint_id=run.latest_checkpoint_id,
         )
-    now = timezone.now()
-    if request.expires_at <= now:
+    if request.expires_at <= timezone.now():
         raise HoldpointError(
             "request_expired",
             f"The request expired at {request.expires_at.isoformat()}; retry the run to ask again.",
             request_id=request.id,
         )
-    if request.kind == RequestKind.PAUSE:
-        if value is not None:
-            raise HoldpointError(
-                "invalid_input",
-                "Continuing a paused run takes no value.",
-                errors=[{"pointer": "/", "message": "must be null or absent"}],
-            )
-    elif request.kind == RequestKind.AUTH_REQUIRED:
-        # Under the approval's policy (runs/services/approvals.py): this decision may be
-        # one of several the request needs, and then it stays pending.
-        actor = actor or actor_for(user)
-        decided = approval_decide(run, request, value, user=user, actor=actor)
-        if decided is None:
-            run.save()
-            return run
-        value = decided
-    else:
-        validate_value(request.accepted_schema, value, what="answer")
-    actor = actor or actor_for(user)
+    return request
+
+
+def _no_value_to_continue(value: Any) -> None:
+    if value is not None:
+        raise HoldpointError(
+            "invalid_input",
+            "Continuing a paused run takes no value.",
+            errors=[{"pointer": "/", "message": "must be null or absent"}],
+        )
+
+
+def _answer_and_queue(
+    run: Run, request: InputRequest, value: Any, *, user: UserLike, actor: str
+) -> None:
+    """Record the answer (or the continuation of a pause) and queue the new attempt that
+    resumes from the checkpoint the request was asked on, with its events, in one write."""
+    now = timezone.now()
     request.status = RequestStatus.ANSWERED
     request.answer = value
     request.answered_by = user_or_none(user)
@@ -206,35 +228,25 @@ def run_resume(
             not_before=row_now(run),
             written_later=True,
         )
-        # Checked above: the run's latest checkpoint, the one the question was asked on.
-        attempt.resume_from_id = checkpoint_id
+        # Checked by _the_request_asked: the run's latest checkpoint, the question's own.
+        attempt.resume_from_id = request.checkpoint_id
+        resumed = {
+            "attempt_id": attempt.id,
+            "request_id": request.id,
+            "checkpoint_id": request.checkpoint_id,
+        }
         if request.kind == RequestKind.PAUSE:
-            paused_at = request.created_at
+            paused_seconds = round((now - request.created_at).total_seconds(), 3)
             append_event(
                 run,
                 EventType.RUN_CONTINUED,
                 actor,
-                {
-                    "attempt_id": attempt.id,
-                    "request_id": request.id,
-                    "checkpoint_id": checkpoint_id,
-                    "paused_seconds": round((now - paused_at).total_seconds(), 3),
-                },
+                {**resumed, "paused_seconds": paused_seconds},
             )
         else:
-            append_event(
-                run,
-                EventType.RUN_RESUMED,
-                actor,
-                {
-                    "attempt_id": attempt.id,
-                    "request_id": request.id,
-                    "checkpoint_id": checkpoint_id,
-                },
-            )
+            append_event(run, EventType.RUN_RESUMED, actor, resumed)
         # The new attempt, the events, the run and the workers' wake-up in one statement.
         write_run(run, inserts=[attempt], notify=work_notice(run.agent))
-    return run
 
 
 @measured("cancel")
@@ -259,15 +271,10 @@ def run_cancel(
     run.cancel_epoch += 1
     run.cancel_reason = reason
     # Read after the lock is held: the version the lock holder before us left behind.
-    attempt = rows.get(Attempt, run.current_attempt_id) if run.current_attempt_id else None
+    attempt = db.get(Attempt, run.current_attempt_id) if run.current_attempt_id else None
     if attempt is not None:
         run.current_attempt = attempt  # the answer shows it: no second read
-    lease_live = (
-        run.status in (RunStatus.RUNNING, RunStatus.PAUSE_REQUESTED)
-        and attempt is not None
-        and attempt.status == AttemptStatus.RUNNING
-        and not lease_ran_out(attempt.lease_expires_at, now)
-    )
+    lease_live = worker_holds(run, attempt, now)
     changed_attempt = None
     notify = None
     with batched_events(run):
@@ -327,7 +334,7 @@ def run_retry(
     if not isinstance(reason, str) or not reason.strip() or len(reason) > 2000:
         raise HoldpointError("invalid_input", "A retry needs a reason (1 to 2,000 characters).")
     run = lock_run(run_id)
-    if run.status not in (RunStatus.FAILED, RunStatus.CANCELLED):
+    if run.status not in RETRYABLE:
         raise HoldpointError(
             "invalid_state",
             f"The run is {run.status}; only a failed or cancelled run can be retried.",

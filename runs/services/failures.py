@@ -26,6 +26,7 @@ from runs.services._base import (
     set_attempt_cost,
 )
 from runs.services.lifecycle import _finish_cancel
+from runs.services.notifications import APPROVAL_NOT_APPLIED, outbox_not_applied
 from runs.states import (
     AttemptReason,
     AttemptStatus,
@@ -141,6 +142,16 @@ def attempt_fail(
     attempt.error_fingerprint = fingerprint
     set_attempt_cost(run, attempt, parsed_cost)
     attempt.save()
+    if error_type == APPROVAL_NOT_APPLIED and attempt.resume_request_id:
+        # The attempt was resumed with an approval and ended without using it (issue 24):
+        # its approvers are told, in this transaction, about the request the attempt names.
+        approved = (
+            InputRequest.objects.filter(pk=attempt.resume_request_id, status=RequestStatus.ANSWERED)
+            .select_related("answered_by")
+            .first()
+        )
+        if approved is not None:
+            outbox_not_applied(approved, now)
     worker = f"worker:{attempt.worker_id}"
     append_event(
         run,

@@ -10,21 +10,21 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any
+from decimal import Decimal
+from typing import Any, TypedDict
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from runs import rows
-from runs.agents import agent_spec
-from runs.approvals import check_editable
-from runs.clock import db_now, row_now, with_db_now
+from runs import db
+from runs.agents import agent_spec, approval_policy_for
+from runs.approvals import check_editable, preapproval_stands, why_not_preapprove
+from runs.db import db_now, postgresql, row_now, with_db_now
 from runs.errors import HoldpointError
 from runs.events import EventType, append_event, batched_events, work_notice
 from runs.idempotency import joinable
-from runs.metrics import measured
 from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent, claimable_q
 from runs.schemas import APPROVAL_SCHEMA, compile_schema, too_deep, validate_value
 from runs.selectors import APPROVE
@@ -35,16 +35,18 @@ from runs.services._base import (
     gate_closed,
     lease_seconds_or_default,
     lock_for_worker_write,
+    measured,
     parse_cost,
     pause_as_requested,
     pause_locked,
     queue_attempt,
+    renew_lease,
     run_gate_closed,
     set_attempt_cost,
     user_or_none,
     write_run,
 )
-from runs.services.approvals import policy_for_request
+from runs.services.approvals import approval_action, policy_for_request
 from runs.services.notifications import outbox_for_request
 from runs.states import (
     AttemptReason,
@@ -54,6 +56,27 @@ from runs.states import (
     RunStatus,
     next_status,
 )
+from runs.tokens import Serving
+
+
+class ResumeFrom(TypedDict):
+    """The checkpoint an attempt resumes from: run ``step`` from ``state``."""
+
+    checkpoint_id: str
+    step: str
+    state: Any
+    number: int
+
+
+class ResumeRequest(TypedDict):
+    """The answered request an attempt must use (``runs.services._base.queue_attempt``)."""
+
+    request_id: str
+    kind: str
+    step_id: str
+    answer: Any
+    answered_by: str | None
+    action: dict[str, Any] | None
 
 
 @dataclass(frozen=True)
@@ -72,10 +95,14 @@ class Lease:
     lease_expires_at: dt.datetime
     input: Any
     approvals: list[str]
-    resume_from: dict[str, Any] | None
-    resume_request: dict[str, Any] | None
+    resume_from: ResumeFrom | None
+    resume_request: ResumeRequest | None
     # Breakpoints: the runtime pauses at the boundary before each of these steps.
     pause_before: list[str]
+    # Read off the run row the claim locked, so no one reads the run again for them: what
+    # the run's earlier attempts cost, and the declared agent's version it started with.
+    run_cost: Decimal = Decimal(0)
+    agent_version: int | None = None
 
 
 @dataclass(frozen=True)
@@ -84,12 +111,17 @@ class Heartbeat:
     cancel_requested: bool
     # Stop at the next step boundary: the run was paused, or its agent's gate closed.
     pause_requested: bool = False
+    # The database's clock when the lease was renewed: what is left of the lease is
+    # lease_expires_at - renewed_at, without asking the clock again.
+    renewed_at: dt.datetime | None = None
 
 
 def _pause_requested(run: Run) -> bool:
-    return run.status == RunStatus.PAUSE_REQUESTED or (
-        run.status == RunStatus.RUNNING and run_gate_closed(run)
-    )
+    # The gate is read only when it matters (a running run): run_gate_closed may query.
+    gate = run.status == RunStatus.RUNNING and run_gate_closed(run)
+    return _signals(
+        status=run.status, run_cancel_epoch=0, attempt_cancel_epoch=0, gate_closed=gate
+    )[1]
 
 
 @measured("start")
@@ -105,13 +137,14 @@ def run_start(
 ) -> Run:
     """Create a run of a known agent with a validated input and queue its first attempt.
 
-    ``approvals`` names steps approved now, at start. Giving them is an approval, so
-    it needs a person holding ``runs.approve_run``: anyone else (an operator, the
-    system, a script without ``user``) is refused ``preapproval_not_permitted`` and
-    nothing is created. The approval is recorded as that person's (event
-    ``run.approved_at_start``; the ledger names them as the approver of what the
-    step then does). ``pause_before`` names steps before which the run pauses every
-    time it reaches them.
+    ``approvals`` names steps approved now, at start. Giving them is the starter's own
+    vote on their own run, so it needs a person holding ``runs.approve_run`` whom the
+    agent's approval policy lets approve alone and approve their own run
+    (``runs.approvals.why_not_preapprove``): anyone else is refused
+    ``preapproval_not_permitted`` with the reason, and nothing is created. The approval
+    is recorded as that person's (event ``run.approved_at_start``; the ledger names them
+    as the approver of what the step then does). ``pause_before`` names steps before
+    which the run pauses every time it reaches them.
     """
     spec = agent_spec(agent)
     if spec.input_schema:
@@ -124,7 +157,14 @@ def run_start(
             "Approving steps when a run starts is an approval: it needs the approve "
             "permission. Start the run without approvals, or ask an approver to start it.",
             approvals=steps,
+            reason="no_permission",
         )
+    if steps:
+        why = why_not_preapprove(approval_policy_for(spec.name)[0], approver)
+        if why is not None:
+            raise HoldpointError(
+                "preapproval_not_permitted", why.detail, approvals=steps, reason=why.reason
+            )
     if pause_before is not None and (
         not isinstance(pause_before, list)
         or len(pause_before) > 100
@@ -196,7 +236,7 @@ def _preapproved_steps(approvals: Any) -> list[str]:
 
 
 def _lease_for(run: Run, attempt: Attempt, lease_seconds: float) -> Lease:
-    resume_from = None
+    resume_from: ResumeFrom | None = None
     if attempt.resume_from_id:
         checkpoint = Checkpoint.objects.get(pk=attempt.resume_from_id)
         resume_from = {
@@ -205,7 +245,7 @@ def _lease_for(run: Run, attempt: Attempt, lease_seconds: float) -> Lease:
             "state": checkpoint.state,
             "number": checkpoint.number,
         }
-    resume_request = None
+    resume_request: ResumeRequest | None = None
     if attempt.resume_request_id:
         request = InputRequest.objects.select_related("answered_by").get(
             pk=attempt.resume_request_id
@@ -231,10 +271,13 @@ def _lease_for(run: Run, attempt: Attempt, lease_seconds: float) -> Lease:
         lease_seconds=lease_seconds,
         lease_expires_at=attempt.lease_expires_at,
         input=run.input,
-        approvals=list(run.approvals),
+        # Judged again now: a policy made stricter since the start takes them back.
+        approvals=list(run.approvals) if preapproval_stands(run) else [],
         resume_from=resume_from,
         resume_request=resume_request,
         pause_before=list(run.pause_before or []),
+        run_cost=run.cost or Decimal(0),
+        agent_version=run.agent_version,
     )
 
 
@@ -261,8 +304,12 @@ def attempt_claim(
     agents: list[str] | None = None,
     lease_seconds: float | None = None,
     worker_token_id: int | None = None,
+    serving: Serving | None = None,
 ) -> Lease | None:
-    """Lease the next due attempt to ``worker_id``. Return the lease, or None when no work is ready."""
+    """Lease the next due attempt to ``worker_id``. Return the lease, or None when no work is ready.
+
+    ``serving``: what the claiming worker token may serve (``runs.tokens.serving_for``):
+    its scope, never a declared agent that other tokens own."""
     if not worker_id or len(worker_id) > WORKER_ID_MAX_LENGTH:
         raise HoldpointError(
             "invalid_input", f"worker_id must be 1 to {WORKER_ID_MAX_LENGTH} characters."
@@ -271,7 +318,7 @@ def attempt_claim(
     # SKIP LOCKED: concurrent claimers each take a different run instead of queueing
     # behind one another; the partial index run_claimable_idx serves this query. The
     # clock is read in the same statement: "due" and the lease's start are one instant.
-    due = Now() if connection.vendor == "postgresql" else timezone.now()
+    due = Now() if postgresql() else timezone.now()
     # The agent gate is part of the claimable rule, in the claim's own SQL (NOT EXISTS a
     # closed gate of the run's agent): a paused agent's runs are never claimed and never
     # block other agents'.
@@ -280,10 +327,15 @@ def attempt_claim(
     )
     if agents:
         candidates = candidates.filter(agent__in=agents)
+    if serving is not None:
+        if serving.allowed is not None:
+            candidates = candidates.filter(agent__in=serving.allowed)
+        if serving.excluded:
+            candidates = candidates.exclude(agent__in=serving.excluded)
     run = candidates.order_by("not_before").first()
     if run is None:
         return None
-    if connection.vendor == "postgresql":
+    if postgresql():
         # The NOT EXISTS above read the gate as of this statement's start; a pause that
         # committed since would not be seen. FOR SHARE reads the latest gate and waits for
         # a pause in flight (agent_pause holds the row FOR UPDATE), so a claim either
@@ -296,7 +348,7 @@ def attempt_claim(
         if row is not None and row[0]:
             return None
     now = due if isinstance(due, dt.datetime) else row_now(run)
-    attempt = rows.get(Attempt, run.current_attempt_id)
+    attempt = db.get(Attempt, run.current_attempt_id)
     assert attempt is not None  # a claimable run has its queued attempt
     previous = run.status
     run.status = next_status(run.status, "claim")
@@ -335,7 +387,15 @@ def attempt_claim(
     return _lease_for(run, attempt, seconds)
 
 
-@joinable
+def _signals(
+    *, status: str, run_cancel_epoch: int, attempt_cancel_epoch: int | None, gate_closed: bool
+) -> tuple[bool, bool]:
+    """(cancel_requested, pause_requested) as a renewal answers them."""
+    cancel = status == RunStatus.CANCEL_REQUESTED or run_cancel_epoch != attempt_cancel_epoch
+    pause = status == RunStatus.PAUSE_REQUESTED or (status == RunStatus.RUNNING and gate_closed)
+    return cancel, pause
+
+
 def attempt_heartbeat(
     *,
     attempt_id: str,
@@ -345,8 +405,50 @@ def attempt_heartbeat(
     worker_token_id: int | None = None,
 ) -> Heartbeat:
     """Renew the lease. Fenced by ``lease_epoch`` only: a cancelled run's worker still renews,
-    learns ``cancel_requested`` and acknowledges with ``attempt_release``."""
+    learns ``cancel_requested`` and acknowledges with ``attempt_release``.
+
+    Without a cost to record, on PostgreSQL, the renewal is one statement (``renew_lease``:
+    the run lock, the fence and the write); a refusal, a cost, or SQLite take the locked
+    path below, which answers the refusal's exact code."""
     seconds = lease_seconds_or_default(lease_seconds)
+    if cost is None:
+        renewed = renew_lease(
+            attempt_id=attempt_id,
+            lease_epoch=lease_epoch,
+            seconds=seconds,
+            worker_token_id=worker_token_id,
+        )
+        if renewed is not None:
+            cancel, pause = _signals(
+                status=renewed.run_status,
+                run_cancel_epoch=renewed.run_cancel_epoch,
+                attempt_cancel_epoch=renewed.attempt_cancel_epoch,
+                gate_closed=renewed.gate_closed,
+            )
+            return Heartbeat(
+                lease_expires_at=renewed.lease_expires_at,
+                cancel_requested=cancel,
+                pause_requested=pause,
+                renewed_at=renewed.renewed_at,
+            )
+    return _heartbeat_locked(
+        attempt_id=attempt_id,
+        lease_epoch=lease_epoch,
+        seconds=seconds,
+        cost=cost,
+        worker_token_id=worker_token_id,
+    )
+
+
+@joinable
+def _heartbeat_locked(
+    *,
+    attempt_id: str,
+    lease_epoch: int,
+    seconds: float,
+    cost: Any,
+    worker_token_id: int | None,
+) -> Heartbeat:
     parsed_cost = parse_cost(cost)
     fenced = lock_for_worker_write(
         attempt_id=attempt_id,
@@ -361,12 +463,54 @@ def attempt_heartbeat(
     attempt.save(update_fields=["lease_expires_at", "last_heartbeat_at", "cost"])
     if parsed_cost is not None:
         run.save(update_fields=["cost", "updated_at"])
+    cancel, pause = _signals(
+        status=run.status,
+        run_cancel_epoch=run.cancel_epoch,
+        attempt_cancel_epoch=attempt.cancel_epoch,
+        gate_closed=run_gate_closed(run),
+    )
     return Heartbeat(
         lease_expires_at=attempt.lease_expires_at,
-        cancel_requested=run.status == RunStatus.CANCEL_REQUESTED
-        or run.cancel_epoch != attempt.cancel_epoch,
-        pause_requested=_pause_requested(run),
+        cancel_requested=cancel,
+        pause_requested=pause,
+        renewed_at=now,
     )
+
+
+# How many attempts one batch renewal may name: a worker process with more runs more batches.
+MAX_HEARTBEAT_BATCH = 100
+
+
+def attempts_heartbeat(
+    *,
+    beats: list[tuple[str, int, Any]],
+    lease_seconds: float | None = None,
+    worker_token_id: int | None = None,
+) -> list[Heartbeat | HoldpointError]:
+    """Renew the leases of several attempts of one worker: ``beats`` is a list of
+    (attempt_id, lease_epoch, cost). Each is fenced on its own, exactly as
+    ``attempt_heartbeat`` fences one, and committed on its own: a refused one (its
+    ``HoldpointError`` in its place in the answer) changes nothing and holds no other back."""
+    if len(beats) > MAX_HEARTBEAT_BATCH:
+        raise HoldpointError(
+            "invalid_input", f"A batch renews at most {MAX_HEARTBEAT_BATCH} attempts."
+        )
+    lease_seconds_or_default(lease_seconds)  # refused for all before any is renewed
+    answers: list[Heartbeat | HoldpointError] = []
+    for attempt_id, lease_epoch, cost in beats:
+        try:
+            answers.append(
+                attempt_heartbeat(
+                    attempt_id=attempt_id,
+                    lease_epoch=lease_epoch,
+                    lease_seconds=lease_seconds,
+                    cost=cost,
+                    worker_token_id=worker_token_id,
+                )
+            )
+        except HoldpointError as exc:
+            answers.append(exc)
+    return answers
 
 
 @transaction.atomic(durable=True)
@@ -430,7 +574,7 @@ def attempt_release(
         run.status = next_status(run.status, "release_shutdown")
         attempt_new = queue_attempt(
             run,
-            reason=AttemptReason.LEASE_EXPIRED,
+            reason=AttemptReason.RELEASED,
             resume_from=run.latest_checkpoint,
             not_before=now,
         )
@@ -606,6 +750,9 @@ def attempt_interrupt(
             "A hold point must be on the run's latest checkpoint.",
             latest_checkpoint_id=run.latest_checkpoint_id,
         )
+    if kind == RequestKind.AUTH_REQUIRED:
+        # The tool's reversibility and request schema, as the server knows them.
+        action = approval_action(run.agent, action)
     request = InputRequest.objects.create(
         run=run,
         attempt=attempt,

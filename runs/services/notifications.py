@@ -7,37 +7,111 @@ Each is a ``Notification`` row with its idempotency key (request + recipient + k
 committed with the request or not at all; the sender (``ledger/notifications.py``) sends
 them later, outside any transaction, and sends nothing for a request that was decided,
 expired or cancelled meanwhile.
+
+**Who is told** is the run store's rule, never one of our own: only people who may see
+runs (``runs.selectors``: holding ``runs.view_run``), and, for a pending notice and a
+reminder, only those who may decide (``person_may``: the kind's permission and, for an
+approval, its policy, ``runs.approvals.why_not_decide``). An escalation goes to the
+members of its group who may see runs; those who may not decide are told they can only
+look. The sender asks ``person_may`` / ``group_may`` again when it sends: a person who
+lost sight of runs, or may no longer decide, since the request was asked is not told.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from collections import defaultdict
+from typing import Any, Literal
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
-from django.db.models import Q
+from django.contrib.auth.models import Group
+from django.db.models import QuerySet
 
-from runs.approvals import eligible_approvers, policy_of
+from runs.approvals import eligible_approvers, policy_of, standing_votes, why_not_decide
 from runs.models import InputRequest, Notification, NotificationPreference
+from runs.selectors import VIEW, permission_for_request_kind
 from runs.states import RequestKind
 
 MAX_RECIPIENTS = 50
 
+# What a recipient may do about a request: decide it (answer the question, or decide the
+# approval under its policy), or only look at it.
+Part = Literal["decide", "look"]
+DECIDE: Part = "decide"
+LOOK: Part = "look"
 
-def _holders(codename: str, groups: list[str] | None = None) -> list[Any]:
-    """Active people holding ``runs.<codename>`` (through a group, directly, or as
-    superusers); with ``groups``, the active members of those groups instead (an
-    escalation group is told whoever is in it)."""
-    perm = Permission.objects.filter(codename=codename, content_type__app_label="runs").first()
-    holds = Q(is_superuser=True)
-    if perm is not None:
-        holds |= Q(groups__permissions=perm) | Q(user_permissions=perm)
-    users = get_user_model().objects.filter(is_active=True).filter(holds)
-    if groups is not None:
-        users = get_user_model().objects.filter(is_active=True, groups__name__in=groups)
-    return list(users.distinct().order_by("username")[:MAX_RECIPIENTS])
+
+def _may_see() -> QuerySet[Any]:
+    """Everyone who may see runs: ``has_perm(runs.view_run)`` (the selectors' rule), as
+    Django's auth backend answers it for many people in one query (``with_perm``)."""
+    return get_user_model().objects.with_perm(VIEW, is_active=True, include_superusers=True)
+
+
+def _holders(perm: str) -> list[Any]:
+    """Active people who may see runs and hold ``perm`` (through a group, directly, or as
+    superusers)."""
+    users = (
+        get_user_model()
+        .objects.with_perm(perm, is_active=True, include_superusers=True)
+        .filter(pk__in=_may_see().values("pk"))
+    )
+    return list(users.order_by("username")[:MAX_RECIPIENTS])
+
+
+def _seeing(users: list[Any]) -> list[Any]:
+    """``users`` without those who may not see runs."""
+    allowed = set(_may_see().filter(pk__in=[u.pk for u in users]).values_list("pk", flat=True))
+    return [u for u in users if u.pk in allowed]
+
+
+def _members(group: str) -> list[Any]:
+    """The members of ``group`` who may see runs."""
+    return list(_may_see().filter(groups__name=group).order_by("username")[:MAX_RECIPIENTS])
+
+
+def person_may(request: InputRequest, user: Any) -> Part | None:
+    """What ``user`` may do about ``request`` now: ``DECIDE``, ``LOOK`` (see the run, not
+    decide it), or None: they may not see runs, and are told nothing about it."""
+    if user is None or not user.is_active or not user.has_perm(VIEW):
+        return None
+    if not user.has_perm(permission_for_request_kind(request.kind)):
+        return LOOK
+    if request.kind == RequestKind.AUTH_REQUIRED and why_not_decide(request, user) is not None:
+        return LOOK
+    return DECIDE
+
+
+def _group_permissions(names: list[str]) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = defaultdict(set)
+    for name, app, codename in Group.objects.filter(name__in=names).values_list(
+        "name", "permissions__content_type__app_label", "permissions__codename"
+    ):
+        if codename:
+            found[name].add(f"{app}.{codename}")
+    return found
+
+
+def _group_part(request: InputRequest, group: str, perms: set[str]) -> Part | None:
+    # A group's webhook reaches its whole channel: the group itself must let its members
+    # see runs, or run data would reach people who may not see it.
+    if VIEW not in perms:
+        return None
+    if permission_for_request_kind(request.kind) not in perms:
+        return LOOK
+    groups = (
+        policy_of(request.policy)["groups"] if request.kind == RequestKind.AUTH_REQUIRED else []
+    )
+    if groups and group not in groups:
+        return LOOK
+    return DECIDE
+
+
+def group_may(request: InputRequest, group: str) -> Part | None:
+    """What the members of ``group`` may do about ``request``, as the group's permissions
+    and the request's policy say (``person_may`` for a group's channel): None when the
+    group does not let its members see runs."""
+    return _group_part(request, group, _group_permissions([group]).get(group, set()))
 
 
 def _emailable(users: list[Any]) -> list[Any]:
@@ -50,24 +124,13 @@ def _emailable(users: list[Any]) -> list[Any]:
     return [u for u in users if u.email and u.pk not in off]
 
 
-def _webhook_groups(groups: list[str], codename: str) -> list[str]:
-    """The groups with a webhook (``HOLDPOINT_NOTIFY_WEBHOOKS``) that this request concerns:
-    the policy's groups, else every configured group holding the permission."""
-    configured = settings.HOLDPOINT_NOTIFY_WEBHOOKS
-    if groups:
-        return [g for g in groups if g in configured]
-    from django.contrib.auth.models import Group
-
-    return list(
-        Group.objects.filter(
-            name__in=list(configured),
-            permissions__codename=codename,
-            permissions__content_type__app_label="runs",
-        )
-        .values_list("name", flat=True)
-        .distinct()
-        .order_by("name")
-    )
+def _webhook_groups(request: InputRequest, groups: list[str]) -> list[str]:
+    """The groups with a webhook (``HOLDPOINT_NOTIFY_WEBHOOKS``) that may decide this
+    request: among the policy's groups, else among every configured group."""
+    configured = list(settings.HOLDPOINT_NOTIFY_WEBHOOKS)
+    candidates = [g for g in groups if g in configured] if groups else sorted(configured)
+    perms = _group_permissions(candidates)
+    return [g for g in candidates if _group_part(request, g, perms.get(g, set())) == DECIDE]
 
 
 def notification_key(request_id: str, recipient: str, kind: str) -> str:
@@ -81,11 +144,12 @@ def outbox_for_request(request: InputRequest, now: dt.datetime) -> int:
         return 0
     is_approval = request.kind == RequestKind.AUTH_REQUIRED
     policy = policy_of(request.policy) if is_approval else {}
-    codename = "approve_run" if is_approval else "answer_run"
     people = (
-        eligible_approvers(request, limit=MAX_RECIPIENTS) if is_approval else _holders(codename)
+        _seeing(eligible_approvers(request, limit=MAX_RECIPIENTS))
+        if is_approval
+        else _holders(permission_for_request_kind(request.kind))
     )
-    groups = _webhook_groups(list(policy.get("groups") or []), codename)
+    groups = _webhook_groups(request, list(policy.get("groups") or []))
     # The policy's own share of the time left, else the deployment's.
     share = float(policy.get("remind") or settings.HOLDPOINT_NOTIFY_REMIND_SHARE)
     times: list[tuple[str, dt.datetime]] = [("pending", now)]
@@ -129,9 +193,14 @@ def outbox_for_request(request: InputRequest, now: dt.datetime) -> int:
         due = now + dt.timedelta(minutes=int(escalation["after_minutes"]))
         group = str(escalation["group"])
         if due < request.expires_at:
-            members = _holders(codename, [group])
-            hooks = [group] if group in settings.HOLDPOINT_NOTIFY_WEBHOOKS else []
-            owe("escalation", due, members, hooks, label=group)
+            # Those of the group who may see runs: whoever may not decide is told so.
+            hooks = (
+                [group]
+                if group in settings.HOLDPOINT_NOTIFY_WEBHOOKS
+                and group_may(request, group) is not None
+                else []
+            )
+            owe("escalation", due, _members(group), hooks, label=group)
     Notification.objects.bulk_create(rows, ignore_conflicts=True)
     return len(rows)
 
@@ -148,3 +217,41 @@ def notification_preferences(user: Any) -> NotificationPreference:
     """A person's channels (all on until they say otherwise); not saved."""
     found = NotificationPreference.objects.filter(user=user).first()
     return found if found is not None else NotificationPreference(user=user)
+
+
+# --- An approval that was not applied (issue 24) ---------------------------------------------
+
+# The error type of an attempt that ended without using the approval it was resumed with
+# (``runtime/types.py`` ``ApprovalNotApplied``; the Python and TypeScript clients send the
+# same name), and the outbox kind that tells its approvers.
+APPROVAL_NOT_APPLIED = "ApprovalNotApplied"
+NOT_APPLIED = "not_applied"
+
+
+def outbox_not_applied(request: InputRequest, now: dt.datetime) -> int:
+    """Tell the people whose approval of ``request`` was not applied (the attempt resumed
+    with it failed ``ApprovalNotApplied``), in that failing transaction; return how many
+    messages are owed. Once per person (key: request + person + ``not_applied``)."""
+    if request.kind != RequestKind.AUTH_REQUIRED:
+        return 0
+    votes = (
+        standing_votes(request)
+        .filter(decision="approve", user__is_active=True)
+        .select_related("user")
+    )
+    people = {vote.user.pk: vote.user for vote in votes if vote.user is not None}
+    if not people and request.answered_by is not None and request.answered_by.is_active:
+        people = {request.answered_by.pk: request.answered_by}
+    rows = [
+        Notification(
+            key=notification_key(request.id, f"user:{user.pk}", NOT_APPLIED),
+            request=request,
+            kind=NOT_APPLIED,
+            channel="email",
+            user=user,
+            due_at=now,
+        )
+        for user in _emailable(list(people.values()))
+    ]
+    Notification.objects.bulk_create(rows, ignore_conflicts=True)
+    return len(rows)

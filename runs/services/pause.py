@@ -18,19 +18,26 @@ from django.db import transaction
 from django.utils.translation import gettext
 
 from runs.agents import agent_spec
-from runs.clock import db_now
+from runs.db import db_now
 from runs.errors import HoldpointError
-from runs.events import EventType, append_event, notify_pause, notify_work
-from runs.metrics import measured
+from runs.events import (
+    EventType,
+    append_event,
+    note_agent_gate_changed,
+    notify_pause,
+    notify_work,
+)
+from runs.leases import worker_holds
 from runs.models import AgentGate, Attempt, Run
 from runs.services._base import (
     UserLike,
     actor_for,
     lock_run,
+    measured,
     pause_locked,
     user_or_none,
 )
-from runs.states import HOLDING, AttemptReason, AttemptStatus, RunStatus, next_status
+from runs.states import HOLDING, PAUSABLE, AttemptReason, AttemptStatus, RunStatus, next_status
 
 MAX_REASON = 2000
 MAX_PAUSE_EXPIRES = 90 * 86400
@@ -106,7 +113,7 @@ def run_pause(
             gettext("The run is being cancelled; a cancel always wins over a pause."),
             run_status=run.status,
         )
-    if run.status not in (RunStatus.QUEUED, RunStatus.WAITING, RunStatus.RUNNING):
+    if run.status not in PAUSABLE:
         raise HoldpointError(
             "invalid_state",
             gettext("The run already %(status)s; there is nothing to pause.")
@@ -116,13 +123,7 @@ def run_pause(
     actor = actor or actor_for(user)
     now = db_now()
     attempt = Attempt.objects.get(pk=run.current_attempt_id) if run.current_attempt_id else None
-    lease_live = (
-        run.status == RunStatus.RUNNING
-        and attempt is not None
-        and attempt.status == AttemptStatus.RUNNING
-        and attempt.lease_expires_at is not None
-        and attempt.lease_expires_at > now
-    )
+    lease_live = worker_holds(run, attempt, now)
     append_event(
         run,
         EventType.RUN_PAUSE_REQUESTED,
@@ -274,6 +275,8 @@ def _tell_runs(agent: str, type: str, actor: str, payload: dict[str, Any]) -> No
             current_attempt__reason=AttemptReason.HELD,
         )
     with transaction.atomic(durable=True):
+        # Queued runs of the agent append nothing, but their reason to wait changed.
+        note_agent_gate_changed(agent)
         for run in runs.select_for_update(of=("self",)).order_by("id"):
             append_event(run, type, actor, payload)
             run.save(update_fields=["last_event_seq", "updated_at"])

@@ -16,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
-from runs.clock import db_now
+from runs.db import db_now
 from runs.events import EventType, append_event, notify_work
 from runs.leases import lease_ran_out, lease_ran_out_q
 from runs.metrics import LEASE_EXPIRIES

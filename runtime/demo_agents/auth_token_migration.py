@@ -8,7 +8,10 @@
 3. ``approve`` asks for approval of ``update_auth_config`` on the document (the
    config-store write is compensable: restoring the previous version undoes the file).
    The approval's key names the config version it was asked on, so an edit made while
-   waiting asks again; ``write`` then writes the new version through ``ctx.side_effect``.
+   waiting asks again (the new card says the earlier approval was not applied, and why);
+   ``write`` then writes the new version through ``ctx.side_effect``. The approvers may
+   edit the versions first, choosing among those the config has; an edit the config can
+   no longer carry out is refused (``EditRefused``) and asked again.
 4. ``notify`` e-mails the owners. E-mail is irreversible, so the ledger asks for
    approval first unless the run was started with it (``--approve notify.email``).
 
@@ -24,7 +27,7 @@ from typing import Any
 from django.conf import settings
 
 from ledger.tools.config_store import ConfigStore
-from runtime.sdk import Agent, Context, Deterministic, Done, Next, RetryPolicy
+from runtime.sdk import Agent, Context, Deterministic, Done, EditRefused, Next, RetryPolicy
 
 DOCUMENT = "staging/auth/config"
 
@@ -66,6 +69,26 @@ DEMO_CONFIG: dict[str, Any] = {
 
 class UnknownTokenVersion(Exception):
     """The answer names a token version the config does not have (deterministic)."""
+
+
+def versions_schema(available: list[str]) -> dict[str, Any]:
+    """What an approver may edit: the versions to accept, among those the config has (the
+    form shows one checkbox each; the service refuses any other value, with a pointer)."""
+    return {
+        "type": "object",
+        "properties": {
+            "accepted_versions": {
+                "type": "array",
+                "title": "Accepted versions",
+                "description": "the token versions the config accepts (at least one)",
+                "items": {"type": "string", "enum": available},
+                "uniqueItems": True,
+                "minItems": 1,
+            }
+        },
+        "required": ["accepted_versions"],
+        "additionalProperties": False,
+    }
 
 
 def read_config(document: str) -> dict[str, Any] | None:
@@ -134,6 +157,7 @@ def approve(ctx: Context, state: dict[str, Any]) -> Next | Done:
     # the approval is pending, the re-run asks about the change it would now make.
     # The approver may edit the versions before approving (the card's form), or send the
     # plan back with a comment: then the step asks again which versions to keep.
+    available = sorted(config["content"]["token_versions"])
     approval = ctx.approve(
         "update_auth_config",
         document,
@@ -147,7 +171,7 @@ def approve(ctx: Context, state: dict[str, Any]) -> Next | Done:
         expires_in=24 * 3600,
         tool="config_store",
         key=f"approve-v{config['version']}",
-        editable={"accepted_versions": "string[]"},
+        editable=versions_schema(available),
         arguments={"accepted_versions": state["keep"]},
     )
     if approval.unchanged:
@@ -164,7 +188,12 @@ def approve(ctx: Context, state: dict[str, Any]) -> Next | Done:
         keep = sorted(set(approval.edited["accepted_versions"]))
         unknown = [v for v in keep if v not in config["content"]["token_versions"]]
         if unknown:
-            raise UnknownTokenVersion(f"the approved edit names unknown versions {unknown}")
+            # A version the form offered is gone (or the request was asked before the form
+            # named them): nothing is written, and the approvers are asked again, told why.
+            raise EditRefused(
+                f"{document} v{config['version']} has no token version {', '.join(unknown)} "
+                f"(it has {', '.join(available)})"
+            )
         ctx.log(f"update_auth_config approved with edits: accepted versions {keep}")
     state = {**state, "keep": keep}
     content = {**config["content"], "accepted_versions": keep}

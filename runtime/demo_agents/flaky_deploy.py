@@ -41,7 +41,7 @@ agent = Agent(
     label="Deploy {service}",
     description="Deploys a service and fails on purpose: transient errors with backoff, "
     "a deterministic rejection, or the same error until the repeated-error stop.",
-    # A typed input (runtime/typed.py): the run store checks its JSON Schema, the steps
+    # A typed input (holdpoint_client/typed.py): the run store checks its JSON Schema, the steps
     # get a Deploy.
     input_schema=Deploy,
     retry=RetryPolicy(

@@ -1,4 +1,5 @@
-"""Test an agent without a server: ``run_agent`` runs its steps in memory with the rules.
+"""Test an agent without a server: the agent SDK's harness (``holdpoint_client.testing``:
+the one runtime on an in-memory store and a fake clock) with the server's own rules.
 
 ::
 
@@ -17,52 +18,37 @@
         assert run.status == "succeeded"
         assert len(hook.performed) == 1
 
-What is the same as on a worker (``runtime/executor.py``, ``runtime/context.py``,
-``runs/services/failures.py``, ``ledger/services/intents.py``):
-
-- a checkpoint before the first step and after every ``ctx.next``; a step is what runs
-  again (after an answer, a failure or a crash), from its checkpoint's state, as JSON;
-- hold points: ``ask`` / ``approve`` (and the approval an irreversible tool needs) end the
-  attempt; the next answer in ``answers`` / ``approvals`` is given and the step runs again
-  from its checkpoint, where the same call (same key) returns it. With no answer left the
-  run stops there: ``status`` is ``input_required`` or ``auth_required``;
-- the ledger's decision table (act, look up, reuse, refuse) by the record's status, with
-  the ledger's idempotency keys; a request is checked against the tool's schema;
-- failures classified by the agent's ``RetryPolicy`` (transient, deterministic, repeated
-  error, the retry budget, the cost budget), backing off on a fake clock (``run.clock``)
-  instead of waiting; ``ctx.sleep`` advances the clock too;
-- ``crash_after``: the worker dies (SIGKILL) once at that point, and a new attempt goes
-  on from the last checkpoint, as after a lease runs out. A step name crashes after the
-  step returned and before its checkpoint is saved (so the step runs again); a side
-  effect's key (``send.webhook``, ``send.notice``) crashes after the tool acted and before
-  the outcome is recorded (so the ledger looks the key up).
+The steps run on the same ``ctx`` and executor as on a worker (``holdpoint_client``), so
+checkpoints, hold points, what people approved, the ledger's decisions, the safe points
+and step deadlines are the worker's own. What this module adds are the run store's rules
+(``ServerRules``): inputs and answers checked against their JSON Schema
+(``runs/schemas.py``), each tool's request schema (``ledger/tools``), an approval's answer
+(``runs/approvals.py``), the failure classes and fingerprints (``runs/services``), and the
+lease-loss cap (``HOLDPOINT_MAX_LEASE_LOSSES``). Tools the test does not give in ``tools``
+are a ``FakeTool`` of the same name, reversibility and request schema: no test sends a
+real e-mail or webhook by accident.
 
 What is not here: the database, leases, heartbeats, cancel, pause, people's retries. A
 test that needs them drives a real worker (``runtime.executor.execute``).
-
-Tools the test does not give in ``tools`` are replaced by a ``FakeTool`` of the same name,
-reversibility and request schema: no test sends a real e-mail or webhook by accident.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from typing import Any
 
-from runs.schemas import compile_schema
-from runtime.context import to_json
-from runtime.testing.context import FakeContext
-from runtime.testing.fakes import (
+from holdpoint_client import testing as sdk_testing
+from holdpoint_client.backend import Refused
+from holdpoint_client.testing import (
     Crash,
     FakeClock,
+    FakeContext,
     FakeTool,
     HarnessError,
     Question,
+    Rules,
     RunResult,
     SideEffectRecord,
-    _as_json,
 )
-from runtime.testing.run import _Run
 
 __all__ = [
     "Crash",
@@ -72,55 +58,101 @@ __all__ = [
     "HarnessError",
     "Question",
     "RunResult",
+    "ServerRules",
     "SideEffectRecord",
     "run_agent",
 ]
 
 
-def run_agent(
-    agent: Any,
-    input: Any = None,
-    *,
-    answers: Iterable[Any] = (),
-    approvals: Iterable[Any] = (),
-    preapproved: Iterable[str] = (),
-    tools: Mapping[str, Any] | None = None,
-    crash_after: str | Iterable[str] = (),
-    clock: FakeClock | None = None,
-    seed: int = 0,
-    max_attempts: int = 100,
-) -> RunResult:
-    """Run ``agent`` on ``input`` in memory until it succeeds, fails or waits for a person.
+class ServerRules(Rules):
+    """The run store's and the ledger's rules, for the in-memory harness."""
 
-    ``answers``: the answers to its ``ask`` questions, in the order they are asked.
-    ``approvals``: the decisions on its approvals (``ctx.approve`` and an irreversible
-    tool's), in order: ``True``/``"approve"``, ``False``/``"deny"`` or ``{"decision":
-    …, "comment": …}``. ``preapproved``: hold-point keys approved when the run was started
-    (``approvals=[…]`` of ``run_start``). ``tools``: fakes by tool name (others are a
-    ``FakeTool`` like the registered tool). ``crash_after``: a step name or a side effect's
-    key (or several), where the worker dies once. ``seed``: the backoff jitter's.
-    """
-    from runs.schemas import validate_value
+    def __init__(self) -> None:
+        from django.conf import settings
 
-    input = _as_json(input)
-    if agent.input_schema:
-        validate_value(compile_schema(agent.input_schema), input, what="input")
-    points = [crash_after] if isinstance(crash_after, str) else list(crash_after)
-    run = _Run(
-        agent,
-        to_json(input if input is not None else {}, "input"),
-        answers=answers,
-        approvals=approvals,
-        preapproved=preapproved,
-        tools=tools or {},
-        crash_after=points,
-        clock=clock or FakeClock(),
-        seed=seed,
-    )
-    result = run.run(max_attempts)
-    if run.crash_points:
-        raise HarnessError(
-            f"crash_after {sorted(run.crash_points)} was never reached: no step of that name "
-            "returned and no side effect of that key acted."
-        )
-    return result
+        self.max_lease_losses = int(settings.HOLDPOINT_MAX_LEASE_LOSSES)
+
+    def check_input(self, agent: Any, value: Any) -> None:
+        from runs.schemas import compile_schema, validate_value
+
+        if agent.input_schema:
+            validate_value(compile_schema(agent.input_schema), value, what="input")
+
+    def check_answer(self, question: Question, value: Any) -> Any:
+        from runs.schemas import compile_schema, validation_errors
+
+        errors = validation_errors(compile_schema(question.schema or {}), value)
+        if errors:
+            raise HarnessError(
+                f"The answer {value!r} to {question.key!r} does not fit its schema: "
+                + "; ".join(f"{e['pointer']}: {e['message']}" for e in errors)
+            )
+        return value
+
+    def check_approval(self, question: Question, value: dict[str, Any]) -> dict[str, Any]:
+        """The run store's rule for an approval's answer (``runs/approvals.py``): comment
+        required to deny or send back, an edit only of what is offered and fitting its
+        schema, an edit equal to the plan a plain approval."""
+        from runs.approvals import approval_answer
+        from runs.errors import HoldpointError
+        from runs.schemas import compile_schema
+
+        action = dict(question.action or {})
+        if isinstance(action.get("editable"), dict):
+            action["editable"] = {
+                **action["editable"],
+                "schema": compile_schema(action["editable"].get("schema")),
+            }
+        try:
+            return dict(approval_answer(action, value))
+        except HoldpointError as exc:
+            errors = exc.extra.get("errors") or []
+            raise HarnessError(
+                f"The approval {value!r} of {question.key!r} does not fit: {exc.detail} "
+                + "; ".join(f"{e['pointer']}: {e['message']}" for e in errors)
+            ) from None
+
+    def tool_like(self, agent: Any, name: str) -> Any:
+        from ledger.tools import get_tool
+        from runs.errors import HoldpointError
+
+        try:
+            return FakeTool.like(get_tool(name))
+        except HoldpointError as exc:
+            raise Refused(exc.code, exc.detail) from exc
+
+    def request_errors(self, tool: Any, request: Any) -> list[dict[str, str]]:
+        from ledger.tools import request_errors
+
+        return request_errors(tool, request)
+
+    def classify(self, error_class: str | None, error_type: str, policy: Any) -> str:
+        from runs.services.failures import classify
+
+        return classify(error_class, error_type, policy)
+
+    def fingerprint(self, *, error_type: str, message: str, step: str) -> str:
+        from runs.services import error_fingerprint
+
+        return error_fingerprint(error_type=error_type, message=message, step=step)
+
+    def policy_for(self, agent: Any, step: str) -> Any:
+        from holdpoint_client import Agent
+
+        from runtime.registry import agent_spec
+
+        if isinstance(agent, Agent):  # The run store's rule (``AgentSpec.policy_for``).
+            return agent_spec(agent).policy_for(step)
+        return super().policy_for(agent, step)
+
+    def idempotency_key(self, *, step_id: str, tool: str) -> str:
+        from ledger.services import idempotency_key_for
+
+        return idempotency_key_for(run_id="run_test", step_id=step_id, tool=tool)
+
+
+def run_agent(agent: Any, input: Any = None, **options: Any) -> RunResult:
+    """``holdpoint_client.testing.run_agent`` with the server's rules (``ServerRules``);
+    the options (``answers``, ``approvals``, ``preapproved``, ``tools``, ``crash_after``,
+    ``clock``, ``seed``, ``max_attempts``) are documented there and in docs/agents.md."""
+    return sdk_testing.run_agent(agent, input, rules=ServerRules(), **options)

@@ -1,7 +1,12 @@
 """``holdpoint-worker --url URL --token hpw_… module:agent [--concurrency N]``.
 
-SIGTERM or SIGINT: finish the current steps, release every lease (another worker goes on
-from the checkpoints), exit. The token may come from ``HOLDPOINT_TOKEN`` instead.
+``module:agent`` is imported with the current directory first on ``sys.path`` (run it from
+the directory that holds your agents' package); ``agent`` names an ``Agent`` or a list.
+
+SIGTERM or SIGINT: stop claiming, let the current steps finish (``ctx.sleep`` included)
+for ``--grace`` seconds and release every lease at the step boundary (another worker goes
+on from the checkpoints), exit. The token may come from ``HOLDPOINT_TOKEN`` instead.
+A declaration the server refuses (a 4xx) exits with status 1 and the server's reason.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import threading
 from typing import Any
 
 from holdpoint_client.agent import Agent
-from holdpoint_client.worker import Worker
+from holdpoint_client.worker import DeclarationRefused, Worker
 
 
 def load(target: str) -> list[Agent]:
@@ -36,7 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", required=True, help="The Holdpoint server, http://host:port")
     parser.add_argument("--token", default=os.environ.get("HOLDPOINT_TOKEN", ""))
     parser.add_argument("--concurrency", type=int, default=1)
-    parser.add_argument("--name", default=None, help="This worker's name (host:pid)")
+    parser.add_argument(
+        "--name",
+        default=None,
+        help="This worker's name on the Workers page (default: host:pid; at most 100 characters)",
+    )
     parser.add_argument("--lease-seconds", type=float, default=None)
     parser.add_argument("--wait", type=float, default=20.0, help="Long-poll seconds per claim")
     parser.add_argument("--grace", type=float, default=10.0, help="Seconds to finish at SIGTERM")
@@ -66,7 +75,12 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    worker.start()
+    try:
+        worker.start()
+    except DeclarationRefused as exc:
+        print(f"holdpoint-worker: {exc}", file=sys.stderr, flush=True)
+        worker.stop(grace=0)
+        return 1
     print(
         f"holdpoint-worker {worker.name}: serving {', '.join(a.name for a in agents)}", flush=True
     )

@@ -1,15 +1,29 @@
-"""The ``ctx`` a step receives: the same calls as ``runtime.context.Context`` in process.
+"""The ``ctx`` a step receives: hold points, side effects, observations, cost and log.
 
-Every ``ctx`` call is a safe point: it unwinds the step when the run was cancelled or
-the lease was lost. Hold points and side effects are identified by a key within the
-step, ``<step>.<kind>`` (``#2``, ``#3``… for later calls of the kind), or
-``<step>.<key>`` with ``key=``; a re-run of the step finds its answer, and the ledger
-its side effect, by that key (docs/protocol.md).
+Written once, for every backend (``holdpoint_client/backend.py``): the run store in the
+server's process, the HTTP worker protocol, and the in-memory store of the test harness.
+An agent's steps do not know which one they run on.
+
+Every ``ctx`` call is a safe point, ``next`` and ``done`` included: it raises (unwinding
+the step) when the run was cancelled, the lease was lost or the step ran past its
+``timeout``, so a step that calls ``ctx`` stops quickly. The deadline is read on the
+backend's clock (the fake clock of the harness, the monotonic clock of a worker), also
+right after a side effect's outcome is recorded.
+
+Hold points, side effects and approvals are identified by a *key* within the step
+(``step_key`` in ``backend.py``: ``<step>.<kind>``, ``<step>.<kind>#2``…, or
+``<step>.<key>`` with ``key=``). The key is how a re-run of the step finds the answer to
+its question and the ledger finds the side effect it already did.
+
+An approval covers the action it showed (tool, target, request) and nothing else: a
+re-run of the step that would do something else asks again, in a new hold point. What
+people approved either happens or they are told (``approvals.py``): a step run by an
+attempt resumed with an approval uses it, or asks anew with a note saying why it was not
+applied, or its attempt fails ``ApprovalNotApplied``.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
@@ -18,43 +32,48 @@ from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from holdpoint_client.control import AttemptControl, HoldPointReached, SideEffectUnknown
-from holdpoint_client.http import Problem
-from holdpoint_client.tools import ActionFailed, OutcomeUnknown, Tool
+from holdpoint_client.approvals import (
+    OwedApproval,
+    approval_note,
+    approval_options,
+    choice_schema,
+    not_applied_message,
+    not_applied_reason,
+    owed_approval,
+    typed_value,
+)
+from holdpoint_client.backend import (
+    Answer,
+    ApprovalRequired,
+    Backend,
+    Effect,
+    HoldPoint,
+    Intent,
+    Refused,
+    Report,
+    canonical_json,
+    step_key,
+    to_json,
+)
+from holdpoint_client.control import HoldPointReached, SideEffectUnknown, StepTimeout
+from holdpoint_client.tools import ActionFailed, OutcomeUnknown
+from holdpoint_client.typed import is_typed, schema_of
 from holdpoint_client.types import (
     Approval,
     ApprovalDenied,
     Confirmed,
     CostBudgetExceeded,
     Done,
+    EditRefused,
     Next,
     SideEffectFailed,
 )
 
 logger = logging.getLogger("holdpoint_client")
 
-MAX_KEY_LENGTH = 100
-_KEY_DIGEST = 20
+# Observed values up to this size are shown to the person with the question; larger
+# ones are kept as a fingerprint only.
 _OBSERVED_VALUE_MAX = 2000
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def to_json(value: Any, what: str) -> Any:
-    try:
-        return json.loads(json.dumps(value))
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"The {what} must be JSON: {exc}") from None
-
-
-def hold_point_key(raw: str) -> str:
-    """``raw`` when it fits in 100 characters, else its start and a hash of all of it."""
-    if len(raw) <= MAX_KEY_LENGTH:
-        return raw
-    digest = hashlib.sha256(raw.encode("utf-8")).hexdigest()[:_KEY_DIGEST]
-    return f"{raw[: MAX_KEY_LENGTH - _KEY_DIGEST - 1]}~{digest}"
 
 
 def fingerprint(value: Any) -> str:
@@ -73,7 +92,9 @@ def _pair(value: Any) -> tuple[Any, Any] | None:
 
 
 def change_is_empty(detail: Any) -> bool:
-    """Whether an approval's planned change changes nothing (every from equals its to)."""
+    """Whether an approval's planned change changes nothing: it states its change as
+    from/to (before/after, old/new) pairs, at the top or field by field, and every pair's
+    two sides are equal. Anything else (no pairs, free text) is taken to change something."""
     if not isinstance(detail, dict):
         return False
     top = _pair(detail)
@@ -85,158 +106,149 @@ def change_is_empty(detail: Any) -> bool:
     return bool(pairs) and all(canonical_json(a) == canonical_json(b) for a, b in pairs)
 
 
-def covers(answer: dict[str, Any], *, tool: str, target: str, change: Any) -> bool:
-    """Whether an answered approval showed exactly this action."""
-    action = answer.get("action") or {}
-    return (
-        str(action.get("tool", "")) == tool
-        and str(action.get("target", "")) == target
-        and canonical_json(action.get("change")) == canonical_json(change)
-    )
-
-
-def _approval(answer: dict[str, Any]) -> Approval:
-    """The step's view of an answered approval (as ``runtime.context.approval_of``)."""
-    value = answer.get("answer")
-    value = value if isinstance(value, dict) else {}
+def approval_of(answer: Answer) -> Approval:
+    """The step's view of an answered approval."""
+    value = answer.value if isinstance(answer.value, dict) else {}
     approvers = value.get("approvers")
     return Approval(
         approved=value.get("decision") == "approve",
         comment=str(value.get("comment") or ""),
-        answered_by=answer.get("answered_by"),
-        request_id=str(answer.get("request_id", "")),
+        answered_by=answer.answered_by,
+        request_id=answer.request_id,
         decision=str(value.get("decision") or ""),
         edited=value.get("edited"),
         approvers=tuple(str(a) for a in approvers) if isinstance(approvers, list) else (),
     )
 
 
-# Secret header values are never stored by the server (``ledger/outbound.py`` redacts
-# them): the same rule here, so that an editable request shows the placeholder, and an
-# approver's edit gets the real values back from the plan this process holds.
-REDACTED = "[redacted]"
-_SECRET_HEADERS = frozenset(
-    {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key"}
-)
-_SECRET_WORDS = ("token", "secret", "key", "password", "passwd", "auth", "session", "signature")
-
-
-def _is_secret_header(name: str) -> bool:
-    lowered = name.lower()
-    return lowered in _SECRET_HEADERS or any(word in lowered for word in _SECRET_WORDS)
-
-
-def redact_request(request: Any) -> Any:
-    """``request`` with secret header values replaced by ``[redacted]``."""
-    if not (isinstance(request, dict) and isinstance(request.get("headers"), dict)):
-        return request
-    headers = {
-        name: REDACTED if isinstance(name, str) and _is_secret_header(name) else value
-        for name, value in request["headers"].items()
-    }
-    return {**request, "headers": headers}
-
-
-def with_secrets(edited: Any, planned: Any) -> Any:
-    """An approver's edit of a request, with the secret header values the card showed
-    redacted put back from the plan (the server never had them)."""
-    if not (isinstance(edited, dict) and isinstance(planned, dict)):
-        return edited
-    headers, original = edited.get("headers"), planned.get("headers")
-    if not (isinstance(headers, dict) and isinstance(original, dict)):
-        return edited
-    restored = {
-        name: original[name] if value == REDACTED and name in original else value
-        for name, value in headers.items()
-    }
-    return {**edited, "headers": restored}
+def answer_as_owed(answer: Answer) -> OwedApproval | None:
+    """An answered approval as ``owed_approval`` reads a lease's ``resume_request``."""
+    return owed_approval(
+        {
+            "request_id": answer.request_id,
+            "kind": answer.kind,
+            "step_id": answer.step_id,
+            "answer": answer.value,
+            "answered_by": answer.answered_by,
+            "action": answer.action,
+        }
+    )
 
 
 class Context:
+    """What a step can do besides computing its next state. One per step run."""
+
     def __init__(
         self,
         *,
-        control: AttemptControl,
-        tools: dict[str, Tool],
-        approval_policy: dict[str, Any],
+        backend: Backend,
         step: str,
         checkpoint_id: str,
-        answers: dict[str, dict[str, Any]],
+        answers: dict[str, Answer],
         resumed: bool,
-        cost_before: Decimal,
-        cost_budget: float | None,
+        cost_budget: float | None = None,
+        input_type: type | None = None,
+        timeout: float | None = None,
+        owed: OwedApproval | None = None,
     ) -> None:
-        self._control = control
-        self._lease = control.lease
-        self._tools = tools
-        self._approval_policy = approval_policy
+        self._backend = backend
+        self._control = backend.control
+        self._lease = backend.lease
+        self._input_type = input_type
+        self._typed_input: Any = None
+        self._timeout = timeout
+        self._deadline = backend.now() + timeout if timeout is not None else None
         self._answers = answers
         self._counts: Counter[str] = Counter()
         self._observed: dict[str, Any] = {}
         self._changed: set[str] = set()
-        self._cost_before = cost_before
         self._cost_budget = cost_budget
+        # The approval this step run was resumed with, which it must use (issue 24); what
+        # changed while it waited, the approvals it skipped as empty, and the last approval
+        # with an edit it got (what ``EditRefused`` refuses).
+        self._owed = owed
+        self._changes: dict[str, tuple[Any, Any]] = {}
+        self._skipped: list[str] = []
+        self._edited: tuple[Answer, dict[str, Any]] | None = None
         self.step = step
         self.checkpoint_id = checkpoint_id
+        # True when this step already ran from this checkpoint in an earlier attempt (after a
+        # hold point, a crash or a failure): anything observed then may have changed.
         self.resumed = resumed
 
     # What the step is working on ------------------------------------------------------
 
     @property
     def run_id(self) -> str:
-        return str(self._lease["run_id"])
+        return self._lease.run_id
 
     @property
     def attempt_id(self) -> str:
-        return str(self._lease["attempt_id"])
+        return self._lease.attempt_id
 
     @property
     def attempt_number(self) -> int:
-        return int(self._lease["number"])
+        return self._lease.number
 
     @property
     def attempt_reason(self) -> str:
-        return str(self._lease["reason"])
-
-    @property
-    def input(self) -> Any:
-        return self._lease["input"]
+        return self._lease.reason
 
     @property
     def agent_version(self) -> int | None:
         """The declared version the run started with (its input was valid against that
         version's schema): a step may branch on it when the code moved on since."""
-        version = self._lease.get("agent_version")
-        return int(version) if version is not None else None
+        return self._lease.agent_version
 
-    # Results --------------------------------------------------------------------------
+    @property
+    def input(self) -> Any:
+        """The run's input: JSON, or an instance of the agent's input type (a Pydantic
+        model or a dataclass given as ``input_schema``)."""
+        if self._input_type is None:
+            return self._lease.input
+        if self._typed_input is None:
+            # Built once per step run: the step sees one instance, however often it reads it.
+            self._typed_input = typed_value(self._input_type, self._lease.input, "input")
+        return self._typed_input
+
+    # Results of a step (safe points too) ----------------------------------------------
 
     def next(self, step: str, state: Any = None) -> Next:
+        """Go on with ``step``; ``state`` is saved in a checkpoint before it runs."""
+        self.check()
         return Next(step=step, state={} if state is None else state)
 
     def done(self, result: Any = None) -> Done:
+        """Finish the run successfully with ``result``."""
+        self.check()
         return Done(result=result)
 
     # Safe points ----------------------------------------------------------------------
 
     def check(self) -> None:
-        """Stop here if the run was cancelled or the lease was lost."""
+        """Stop here if the run was cancelled, the lease was lost or the step ran past its
+        ``timeout``. Long loops call it."""
         self._control.check()
+        if self._deadline is not None and self._backend.now() >= self._deadline:
+            raise StepTimeout(
+                f"Step {self.step!r} ran past its timeout of {self._timeout:g} s and was "
+                "stopped at a safe point."
+            )
 
     def sleep(self, seconds: float) -> None:
-        """Wait, but wake at once (and unwind) on cancel or a lost lease."""
+        """Wait, but wake at once (and unwind) when the run is cancelled, the lease lost or
+        the step's timeout reached."""
         self.check()
-        self._control.wake.wait(max(0.0, seconds))
+        wait = max(0.0, seconds)
+        if self._deadline is not None:
+            wait = min(wait, max(0.0, self._deadline - self._backend.now()))
+        self._backend.sleep(wait)
         self.check()
 
     def _key(self, kind: str, key: str | None) -> str:
-        if key is not None:
-            if not key:
-                raise ValueError("key must not be empty")
-            return hold_point_key(f"{self.step}.{key}")
-        self._counts[kind] += 1
-        n = self._counts[kind]
-        return hold_point_key(f"{self.step}.{kind}" if n == 1 else f"{self.step}.{kind}#{n}")
+        if key is None:
+            self._counts[kind] += 1
+        return step_key(self.step, kind, key, self._counts[kind])
 
     # Hold points ----------------------------------------------------------------------
 
@@ -250,18 +262,61 @@ class Context:
         reason: str = "",
         key: str | None = None,
     ) -> Any:
-        """Ask a person; return the answer. The first time this ends the attempt at a hold
-        point; the answer resumes the step, and the same call returns it."""
+        """Ask a person; return the answer (valid against ``schema``).
+
+        ``schema`` is JSON Schema (or the compact form), or a Pydantic model or a dataclass:
+        then its JSON Schema is what the answer is checked against, and the answer comes
+        back as an instance of it.
+
+        The first time, this saves an ``input_required`` hold point on the checkpoint the
+        step started from and ends the attempt. When the person answers, a new attempt
+        runs this step again from that checkpoint, and the same ``ask`` (same key)
+        returns the answer instead of asking again.
+        """
         self.check()
         step_id = self._key("ask", key)
         answer = self._answers.get(step_id)
-        if answer is not None and answer.get("kind") == "input_required":
-            return answer.get("answer")
+        answer_type = schema if is_typed(schema) else None
+        if answer is not None and answer.kind == "input_required":
+            return typed_value(answer_type, answer.value, f"answer to {step_id}")
         self._hold(
             kind="input_required",
             step_id=step_id,
             prompt=prompt,
-            accepted_schema=schema,
+            accepted_schema=schema_of(schema) if answer_type is not None else schema,
+            expires_in=expires_in,
+            context=context,
+            reason=reason,
+        )
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def choose(
+        self,
+        prompt: str,
+        options: list[str] | dict[str, str],
+        expires_in: float | None = None,
+        *,
+        context: dict[str, Any] | None = None,
+        reason: str = "",
+        key: str | None = None,
+    ) -> str:
+        """Ask a person to pick one of ``options``; return the value picked.
+
+        ``options`` is a list of values, or a dict of value to the label people read. The
+        dashboard shows up to three as one button each, more as radio buttons. A hold point
+        like ``ask`` (key ``<step>.choose``), answered ``{"choice": value}``.
+        """
+        self.check()
+        step_id = self._key("choose", key)
+        answer = self._answers.get(step_id)
+        if answer is not None and answer.kind == "input_required":
+            value = answer.value
+            return str(value.get("choice", "") if isinstance(value, dict) else value)
+        self._hold(
+            kind="input_required",
+            step_id=step_id,
+            prompt=prompt,
+            accepted_schema=choice_schema(options),
             expires_in=expires_in,
             context=context,
             reason=reason,
@@ -284,12 +339,17 @@ class Context:
         editable: Any = None,
         arguments: Any = None,
     ) -> Approval:
-        """Ask for approval of ``action`` on ``target``; a denial is returned, not raised.
+        """Ask for approval of ``action`` on ``target``; return the decision.
+
+        A denial is returned, not raised: ``if approval.denied: ...``. An approval
+        given when the run was started (``approvals=[step_id]``) is used without asking.
+        An answer covers the action, target and detail it showed: called again with
+        others, the step asks again.
 
         ``editable`` (a JSON Schema, compact form allowed) lets the approver change the
         planned ``arguments`` (default: ``detail``) before approving; the step then gets
-        ``approval.edited`` (checked against the schema by the server). A person may also
-        send the request back with a comment (``approval.responded``: not approved).
+        ``approval.edited``, checked against the schema. A person may also send the
+        request back with a comment instead (``approval.responded``: not approved).
         """
         self.check()
         step_id = self._key("approve", key)
@@ -297,13 +357,27 @@ class Context:
         answer = self._answers.get(step_id)
         if (
             answer is not None
-            and answer.get("kind") == "auth_required"
-            and covers(answer, tool=tool or action, target=target, change=change)
+            and answer.kind == "auth_required"
+            and self._backend.covers(answer, tool=tool or action, target=target, change=change)
         ):
-            return _approval(answer)
-        if step_id in (self._lease.get("approvals") or []):
+            approval = approval_of(answer)
+            self._use(answer)
+            if approval.approved and approval.edited is not None:
+                self._edited = (
+                    answer,
+                    {
+                        "prompt": prompt or f"Approve {action} on {target}?",
+                        "expires_in": expires_in,
+                        "context": context,
+                        "reason": reason,
+                    },
+                )
+            return approval
+        if step_id in self._lease.approvals:
             return Approval(approved=True, comment="Approved when the run was started.")
         if change_is_empty(change):
+            # Never ask a person to approve nothing (issue 15): the step goes on, and the
+            # timeline says why nobody was asked.
             self.log(
                 f"Did not ask for approval of {action} on {target}: "
                 "the planned change is empty (nothing would change).",
@@ -311,9 +385,10 @@ class Context:
                 action=action,
                 target=target,
             )
-            return Approval(approved=True, unchanged=True)
-        if tool and not reversibility and tool in self._tools:
-            reversibility = self._tools[tool].reversibility
+            self._skipped.append(f"{action} on {target}")
+            return Approval(approved=True, comment="", unchanged=True)
+        if tool and not reversibility:
+            reversibility = self._backend.tool_reversibility(tool)
         self._hold(
             kind="auth_required",
             step_id=step_id,
@@ -358,23 +433,41 @@ class Context:
     ) -> None:
         shown = dict(to_json(context or {}, "hold point context"))
         if self._observed:
+            # What the step saw when it asked, so the person sees it too and a re-run can
+            # tell whether it changed while the run was waiting.
             shown.setdefault("observed", self._observed)
-        body: dict[str, Any] = {
-            "checkpoint_id": self.checkpoint_id,
-            "kind": kind,
-            "prompt": prompt,
-            "accepted_schema": accepted_schema,
-            "context": shown,
-            "reason": reason,
-            "step_id": step_id,
-        }
-        if expires_in is not None:
-            body["expires_in"] = expires_in
-        if action is not None:
-            body["action"] = action
+        owed = self._owed
+        if owed is not None and not owed.settled:
+            # Asked anew instead of using what people approved: the new card says why.
+            owed.settled = True
+            shown.setdefault(
+                "superseded_approval",
+                approval_note(
+                    owed,
+                    not_applied_reason(
+                        owed,
+                        changed=self._changed_list(),
+                        asked=action,
+                        asked_kind=kind,
+                        asked_key=step_id,
+                    ),
+                ),
+            )
         self._control.finishing.set()
-        request = self._control.write("interrupt", body)
-        raise HoldPointReached(str(request["request_id"]))
+        request_id = self._backend.interrupt(
+            HoldPoint(
+                checkpoint_id=self.checkpoint_id,
+                kind=kind,
+                prompt=prompt,
+                accepted_schema=accepted_schema,
+                expires_in=expires_in,
+                context=shown,
+                reason=reason,
+                step_id=step_id,
+                action=action,
+            )
+        )
+        raise HoldPointReached(request_id)
 
     # Side effects ---------------------------------------------------------------------
 
@@ -387,24 +480,34 @@ class Context:
         compensate: dict[str, Any] | None = None,
         reversibility: str | None = None,
         key: str | None = None,
+        approval: dict[str, Any] | None = None,
     ) -> Confirmed:
         """Act on the world through the ledger; return the confirmed outcome.
 
-        The server writes the intent (fenced) before the tool acts here, with the
-        idempotency key the tool passes on; a re-run finds the record and reuses a
-        confirmed effect, looks up a pending one first, and never repeats an act.
+        ``approval`` shapes the question an irreversible call asks first: ``{"prompt":
+        …, "expires_in": seconds, "context": {…}}`` (each optional; see
+        ``approval_options``).
+
+        The intent is written to the ledger (and committed) before the tool acts, with an
+        idempotency key the tool passes on. When the step runs again (resume, retry, a
+        crash), the same call finds the record: a confirmed effect is reused, never
+        repeated; one left pending is looked up by its key first. An irreversible tool
+        (e-mail, a plain webhook) asks for approval first unless the run was started
+        with it (``approvals=[step_id]``); a denial raises ``ApprovalDenied``.
+        ``compensate`` says how to undo this call (it declares an irreversible tool's call
+        ``compensable``). An outcome nobody can tell stops the run (``side_effect_unknown``);
+        a refusal raises ``SideEffectFailed``. Secret headers in ``request`` (``Authorization``,
+        cookies, API keys…) are handed to the tool as given but stored redacted: pass them
+        in ``request`` every time the step runs (the ledger cannot give them back).
         """
         self.check()
-        the_tool = self._tools.get(tool)
-        if the_tool is None:
-            raise SideEffectFailed(
-                f"This agent has no tool named {tool!r} (its tools: {', '.join(self._tools)}).",
-                operation_id="",
-            )
-        if tool in (self._approval_policy.get("ask_before") or []):
-            approval = self.approve(tool, target, request, tool=tool, key=f"{key or tool}.approve")
-            if approval.denied:
-                raise ApprovalDenied(f"{tool} on {target} was denied.", approval=approval)
+        asked = approval_options(approval)
+        backend = self._backend
+        the_tool = backend.tool(tool)
+        if backend.asks_before(tool):
+            granted = self.approve(tool, target, request, tool=tool, key=f"{key or tool}.approve")
+            if granted.denied:
+                raise ApprovalDenied(f"{tool} on {target} was denied.", approval=granted)
         step_id = self._key(tool, key)
         if (
             reversibility is None
@@ -413,204 +516,230 @@ class Context:
         ):
             reversibility = "compensable"
         request = to_json(request, "side-effect request")
-        body: dict[str, Any] = {
-            "step_id": step_id,
-            "tool": tool,
-            "target": target,
-            "request": request,
-        }
-        if reversibility is not None:
-            body["reversibility"] = reversibility
-        if compensate is not None:
-            body["compensating_action"] = to_json(compensate, "compensating action")
+        answer = self._answers.get(step_id)
+        if (
+            answer is not None
+            and answer.kind == "auth_required"
+            and backend.covers(answer, tool=tool, target=target, change=request)
+        ):
+            self._use(answer)
+        else:
+            answer = None
         try:
-            try:
-                begin = self._control.write("side-effects", body, with_cost=False)
-            except Problem as exc:
-                if not (
-                    exc.code == "approval_required"
-                    and isinstance(exc.body.get("edited"), dict)
-                    and exc.body.get("edited_idempotency_key")
-                ):
-                    raise
-                # Approved with edits: the edited request is what runs, under its own key
-                # (the server says which; the plan itself was not approved).
-                request = with_secrets(exc.body["edited"], request)
-                body = {
-                    **body,
-                    "request": request,
-                    "idempotency_key": str(exc.body["edited_idempotency_key"]),
-                }
-                begin = self._control.write("side-effects", body, with_cost=False)
-        except Problem as exc:
-            if exc.code == "side_effect_unknown":
-                raise SideEffectUnknown(
-                    exc.detail, operation_id=str(exc.body.get("operation_id", ""))
-                ) from exc
-            if exc.code == "approval_required" and "idempotency_key" not in body:
-                self._approval_for_irreversible(step_id, tool, target, request, exc)
-            raise
-        decision = begin["decision"]
-        operation_id = str(begin["operation_id"])
-        if decision == "reuse":
+            begin = backend.begin_side_effect(
+                Intent(
+                    step_id=step_id,
+                    tool=tool,
+                    target=target,
+                    request=request,
+                    reversibility=reversibility,
+                    compensating_action=to_json(compensate, "compensating action"),
+                    answer=answer,
+                )
+            )
+        except ApprovalRequired as exc:
+            self._approval_for_irreversible(step_id, tool, target, request, exc, asked)
+            raise AssertionError("unreachable") from exc  # pragma: no cover
+        if begin.decision == "reuse":
             return Confirmed(
-                operation_id=operation_id,
-                external_reference=str(begin.get("external_reference") or ""),
-                result=begin.get("result"),
+                operation_id=begin.operation_id,
+                external_reference=begin.external_reference,
+                result=begin.result,
                 decision="reuse",
             )
-        key_ = str(begin["idempotency_key"])
-        if decision == "look_up":
+        if begin.decision == "look_up":
+            # An earlier attempt wrote the intent and vanished: ask the external system
+            # what became of the key before doing anything.
             try:
-                outcome = the_tool.lookup(key_)
+                outcome = the_tool.lookup(begin.idempotency_key)
             except OutcomeUnknown as exc:
-                self._control.outcome(operation_id, {"status": "unknown", "error": exc.as_error()})
+                backend.record_outcome(begin.operation_id, Report("unknown", error=exc.as_error()))
                 raise SideEffectUnknown(
-                    f"{tool} on {target}: {exc.message}", operation_id=operation_id
+                    f"{tool} on {target}: {exc.message}", operation_id=begin.operation_id
                 ) from exc
             if outcome is not None:
-                effect = self._control.outcome(
-                    operation_id,
-                    {
-                        "status": outcome.status,
-                        "external_reference": outcome.external_reference or None,
-                        "result": to_json(outcome.result, "tool result"),
-                        "error": to_json(outcome.error, "tool error"),
-                    },
+                effect = backend.record_outcome(
+                    begin.operation_id,
+                    Report(
+                        outcome.status,
+                        external_reference=outcome.external_reference or None,
+                        result=to_json(outcome.result, "tool result"),
+                        error=to_json(outcome.error, "tool error"),
+                    ),
                 )
                 return self._settled(effect, tool, target, "look_up")
-        # Never act on a lease that may be gone: the last safe point before the act.
-        self.check()
+        # "act", or a look-up that found no record: the action did not happen. Never act
+        # on a lease that may be gone: the last safe point before the act.
+        self._control.check()
         try:
-            done = the_tool.execute(request, key_)
+            done = the_tool.execute(begin.request, begin.idempotency_key)
         except ActionFailed as exc:
-            effect = self._control.outcome(
-                operation_id, {"status": "failed", "error": exc.as_error()}
+            effect = backend.record_outcome(
+                begin.operation_id, Report("failed", error=exc.as_error())
             )
         except OutcomeUnknown as exc:
-            effect = self._control.outcome(
-                operation_id, {"status": "unknown", "error": exc.as_error()}
+            effect = backend.record_outcome(
+                begin.operation_id, Report("unknown", error=exc.as_error())
             )
         except Exception as exc:
+            # A failure inside the tool once it may have started: nobody can tell what it did.
             logger.exception("attempt %s: %s on %s raised", self.attempt_id, tool, target)
-            effect = self._control.outcome(
-                operation_id,
-                {
-                    "status": "unknown",
-                    "error": {"type": type(exc).__name__, "message": str(exc)[:2000]},
-                },
+            effect = backend.record_outcome(
+                begin.operation_id,
+                Report("unknown", error={"type": type(exc).__name__, "message": str(exc)[:2000]}),
             )
         else:
-            effect = self._control.outcome(
-                operation_id,
-                {
-                    "status": "confirmed",
-                    "external_reference": done.external_reference,
-                    "result": to_json(done.result, "tool result"),
-                },
+            effect = backend.record_outcome(
+                begin.operation_id,
+                Report(
+                    "confirmed",
+                    external_reference=done.external_reference,
+                    result=to_json(done.result, "tool result"),
+                ),
             )
-        return self._settled(effect, tool, target, decision)
+        return self._settled(effect, tool, target, begin.decision)
 
-    def _settled(self, effect: dict[str, Any], tool: str, target: str, decision: str) -> Confirmed:
+    def _settled(self, effect: Effect, tool: str, target: str, decision: str) -> Confirmed:
+        """Turn the recorded effect into the step's answer (or the step's end)."""
+        # The outcome is recorded whoever we are now: if the lease went meanwhile, the run
+        # was cancelled or the step's deadline passed while the tool acted, stop here.
         self.check()
-        status = effect.get("status")
-        if status in ("confirmed", "compensation_failed"):
+        if effect.status in ("confirmed", "compensation_failed"):
             return Confirmed(
-                operation_id=str(effect["operation_id"]),
-                external_reference=str(effect.get("external_reference") or ""),
-                result=effect.get("result"),
+                operation_id=effect.operation_id,
+                external_reference=effect.external_reference,
+                result=effect.result,
                 decision=decision,
             )
-        error = effect.get("error")
-        message = error.get("message") if isinstance(error, dict) else None
-        if status == "failed":
+        message = (effect.error or {}).get("message") if isinstance(effect.error, dict) else None
+        if effect.status == "failed":
             raise SideEffectFailed(
                 f"{tool} on {target} failed: {message or 'refused'}",
-                operation_id=str(effect["operation_id"]),
-                error=error,
+                operation_id=effect.operation_id,
+                error=effect.error,
             )
         raise SideEffectUnknown(
             f"{tool} on {target}: {message or 'the outcome is unknown'}",
-            operation_id=str(effect["operation_id"]),
+            operation_id=effect.operation_id,
         )
 
     def _approval_for_irreversible(
-        self, step_id: str, tool: str, target: str, request: Any, exc: Problem
+        self,
+        step_id: str,
+        tool: str,
+        target: str,
+        request: Any,
+        exc: ApprovalRequired,
+        asked: dict[str, Any],
     ) -> None:
-        """The ledger wants an approval of this very call: a denial of it raises
-        ``ApprovalDenied``; without a decision, ask (an approval hold point)."""
-        if exc.body.get("request_id"):
-            answer = self._answers.get(step_id) or {}
+        """The ledger wants an approval for this irreversible call: a decision on this very
+        call that was not an approval raises ``ApprovalDenied``; an approval the ledger
+        still refuses fails the attempt; else ask (the same hold point as ``approve``; an
+        approval of another action in the step covers nothing here)."""
+        answer = self._answers.get(step_id)
+        if answer is not None and not (
+            answer.kind == "auth_required"
+            and self._backend.covers(answer, tool=tool, target=target, change=request)
+        ):
+            answer = None
+        if answer is not None or exc.decided:
             approval = (
-                _approval(answer)
-                if answer
-                else Approval(approved=False, answered_by=exc.body.get("denied_by"))
+                approval_of(answer)
+                if answer is not None
+                else Approval(
+                    approved=False,
+                    answered_by=exc.denied_by,
+                    comment=exc.comment,
+                    decision=exc.decision,
+                )
             )
-            who = approval.answered_by or exc.body.get("denied_by")
+            who = approval.answered_by or exc.denied_by
+            by = f" by {who}" if who else ""
             if approval.responded:
                 raise ApprovalDenied(
-                    f"{tool} on {target} was sent back"
-                    + (f" by {who}" if who else "")
-                    + f": {approval.comment}",
+                    f"{tool} on {target} was sent back{by}: {approval.comment}",
                     approval=approval,
                 )
-            raise ApprovalDenied(
-                f"{tool} on {target} was denied"
-                + (f" by {who}" if who else "")
-                + (f": {approval.comment}" if approval.comment else "."),
-                approval=approval,
-            )
-        asked = self._answers.get(step_id)
-        if asked is not None and covers(asked, tool=tool, target=target, change=request):
-            raise exc  # Answered about this call, yet refused: fail the attempt and say so.
-        action: dict[str, Any] = {
-            "tool": tool,
-            "action": tool,
-            "target": target,
-            "change": request,
-            "reversibility": "irreversible",
-        }
-        # A tool with ``edit_schema`` (a JSON Schema of its request) lets the approver
-        # edit the call before approving it; secret header values are shown redacted.
-        edit_schema = getattr(self._tools.get(tool), "edit_schema", None)
-        hold = functools.partial(
-            self._hold,
+            if approval.denied:
+                raise ApprovalDenied(
+                    f"{tool} on {target} was denied{by}"
+                    + (f": {approval.comment}" if approval.comment else "."),
+                    approval=approval,
+                )
+            # Approved, yet the ledger refuses: let the attempt fail and say so.
+            raise Refused("approval_required", exc.detail) from exc
+        editable = self._backend.editable(tool, request)
+        self._hold(
             kind="auth_required",
             step_id=step_id,
-            prompt=f"Approve {tool} on {target}? It cannot be undone.",
+            prompt=asked.get("prompt") or f"Approve {tool} on {target}? It cannot be undone.",
             accepted_schema=None,
-            expires_in=None,
-            context=None,
+            expires_in=asked.get("expires_in"),
+            context=asked.get("context"),
             reason=exc.detail,
+            action={
+                "tool": tool,
+                "action": tool,
+                "target": target,
+                "change": request,
+                "reversibility": "irreversible",
+                **({"editable": editable} if editable else {}),
+            },
         )
-        if isinstance(edit_schema, dict):
-            try:
-                hold(
-                    action={
-                        **action,
-                        "editable": {"schema": edit_schema, "value": redact_request(request)},
-                    }
-                )
-            except Problem as refused:
-                pointers = [
-                    str(e.get("pointer", ""))
-                    for e in refused.body.get("errors") or []
-                    if isinstance(e, dict)
-                ]
-                if not (
-                    refused.code == "invalid_input"
-                    and pointers
-                    and all(p.startswith("/action/editable") for p in pointers)
-                ):
-                    raise
-                # The plan does not fit the tool's form: ask without the form.
-        hold(action=action)
+
+    # What people approved ---------------------------------------------------------------
+
+    def _use(self, answer: Answer) -> None:
+        """The step uses the answered approval ``answer`` (a call it covers)."""
+        if self._owed is not None and self._owed.request_id == answer.request_id:
+            self._owed.settled = True
+
+    def _changed_list(self) -> list[tuple[str, Any, Any]]:
+        return [(name, *self._changes[name]) for name in sorted(self._changed)]
+
+    def _approval_not_applied(self) -> str | None:
+        """Why the step, which has ended, did not use the approval its attempt was resumed
+        with (the ``ApprovalNotApplied`` failure's message); None when it did."""
+        owed = self._owed
+        if owed is None or owed.settled:
+            return None
+        return not_applied_message(
+            owed,
+            not_applied_reason(owed, changed=self._changed_list(), skipped=self._skipped),
+        )
+
+    def _ask_again_refused(self, refused: EditRefused) -> None:
+        """The step refused the edit of its last approval with one (``EditRefused``): ask
+        the same approval again (same hold point, same plan), saying why. Raises
+        ``HoldPointReached``; returns only when the step got no approved edit to refuse."""
+        if self._edited is None:
+            return
+        answer, asked = self._edited
+        owed = answer_as_owed(answer)
+        assert owed is not None
+        shown = dict(to_json(asked["context"] or {}, "hold point context"))
+        shown["refused_edit"] = approval_note(owed, refused.reason)
+        self._hold(
+            kind="auth_required",
+            step_id=answer.step_id,
+            prompt=asked["prompt"],
+            accepted_schema=None,
+            expires_in=asked["expires_in"],
+            context=shown,
+            reason=asked["reason"],
+            action=answer.action,
+        )
 
     # Observations ---------------------------------------------------------------------
 
     def observe(self, name: str, read: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Read something volatile and return it; remembered with any question this step
-        asks, so that after the answer ``ctx.changed(name)`` says whether it changed."""
+        """Read something volatile (a file, a config version, a price) and return it.
+
+        ``read(*args, **kwargs)`` runs every time the step runs, never from a cache. The
+        value is remembered with any question this step asks; when the step runs again
+        after the answer, ``ctx.changed(name)`` says whether it changed while waiting,
+        and the change is logged on the run's timeline.
+        """
         self.check()
         value = read(*args, **kwargs)
         as_json = to_json(value, f"observed value {name!r}")
@@ -621,11 +750,12 @@ class Context:
         self._observed[name] = summary
         before = None
         for answer in self._answers.values():
-            observed = (answer.get("context") or {}).get("observed") or {}
+            observed = (answer.context or {}).get("observed") or {}
             if isinstance(observed, dict) and isinstance(observed.get(name), dict):
                 before = observed[name]
         if before is not None and before.get("fingerprint") != print_:
             self._changed.add(name)
+            self._changes[name] = (before.get("value"), summary.get("value"))
             self.log(
                 f"{name} changed while the run was waiting",
                 level="warning",
@@ -636,12 +766,17 @@ class Context:
         return value
 
     def changed(self, name: str) -> bool:
+        """Whether ``name`` was observed with a different value when the question was asked."""
         return name in self._changed
 
     # Cost and log ---------------------------------------------------------------------
 
     def cost(self, amount: float | Decimal | str) -> Decimal:
-        """Add ``amount`` to this attempt's cost (sent with the next heartbeat and write)."""
+        """Add ``amount`` to this attempt's cost; return the attempt's total.
+
+        Past the agent's ``cost_budget`` (all attempts together) the step stops with
+        ``CostBudgetExceeded``.
+        """
         self.check()
         try:
             value = Decimal(str(amount))
@@ -650,22 +785,19 @@ class Context:
         if not value.is_finite() or value < 0:
             raise ValueError("cost must be a non-negative number")
         total = self._control.add_cost(value)
-        if self._cost_budget is not None and self._cost_before + total > Decimal(
-            str(self._cost_budget)
-        ):
+        before = self._lease.run_cost
+        if self._cost_budget is not None and before + total > Decimal(str(self._cost_budget)):
             raise CostBudgetExceeded(
-                f"The run has cost {self._cost_before + total}, past its budget of "
-                f"{self._cost_budget}."
+                f"The run has cost {before + total}, past its budget of {self._cost_budget}."
             )
         return total
 
     def log(self, message: str, level: str = "info", **data: Any) -> None:
-        """Add a line to the run's timeline (event ``agent.log``)."""
-        body: dict[str, Any] = {
-            "message": str(message)[:2000] or "(empty)",
-            "level": level,
-            "step": self.step,
-        }
-        if data:
-            body["data"] = json.loads(json.dumps(data, default=str))
-        self._control.write("log", body, with_cost=False)
+        """Add a line to the run's timeline (event ``agent.log``). A safe point."""
+        self.check()
+        self._backend.log(
+            step=self.step,
+            message=str(message)[:2000] or "(empty)",
+            level=level,
+            data=json.loads(json.dumps(data, default=str)) if data else None,
+        )

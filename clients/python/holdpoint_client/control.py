@@ -1,35 +1,31 @@
-"""What a running attempt shares with its heartbeat thread: the lease, the stop signals,
-the cost so far, and the one path by which the attempt writes to the server.
+"""What a running attempt and the threads around it share: the stop signals, the cost so
+far, and the safe point every ``ctx`` call passes. One implementation for every backend.
 
-The fence is the server's: a write with an old ``lease_epoch`` is refused
-``stale_worker`` (another worker owns the run: write nothing more), one with an old
-``cancel_epoch`` ``stale_after_cancel`` (acknowledge the cancel). On top of that the
-client never acts on a lease it cannot vouch for: if no heartbeat succeeded for the
-lease's length (the server was away), the lease is taken as lost before any tool acts.
+A step runs in a worker thread; the heartbeat thread (and, in process, the notification
+listener) set ``cancel`` or ``stale`` on the attempt's ``AttemptControl``; the step sees
+them at its next safe point (any ``ctx`` call, or the step boundary). ``pause`` is seen
+only at the step boundary: a pause is not a fence, the step finishes and commits.
+``shutdown`` (SIGTERM; shared by every attempt of a worker) lets the step finish within
+the grace, then the attempt is released for another worker.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from decimal import Decimal
-from typing import Any
-
-from holdpoint_client.http import Api, Problem, ServerAway
 
 logger = logging.getLogger("holdpoint_client")
 
-# The share of the lease after which, without a successful renewal, the lease is
-# taken as lost (the server's clock may be ahead of ours by a little).
-LEASE_TRUST = 0.8
-
 
 class Unwind(BaseException):
-    """Unwinds a step; a ``BaseException`` so that ``except Exception`` does not swallow it."""
+    """Unwinds a step. A ``BaseException`` so that an agent's ``except Exception``
+    cannot swallow it by accident (the same choice as ``GeneratorExit``)."""
 
 
 class HoldPointReached(Unwind):
+    """The checkpoint and the question are saved; the attempt ends ``interrupted``."""
+
     def __init__(self, request_id: str) -> None:
         super().__init__(request_id)
         self.request_id = request_id
@@ -40,10 +36,26 @@ class CancelRequested(Unwind):
 
 
 class LeaseLost(Unwind):
-    """Another worker owns the run now (or the lease cannot be vouched for): stop, write nothing."""
+    """Another worker owns the run now (a write was refused ``stale_worker``, or the lease
+    cannot be vouched for): stop without writing anything more (outcomes of external
+    actions excepted)."""
+
+
+class StepTimeout(Unwind):
+    """The step ran past its ``timeout`` (``@agent.step(timeout=…)``) and was stopped at a
+    safe point. The attempt fails ``transient`` with error type ``StepTimeout``; an
+    agent's ``except Exception`` cannot swallow it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 class SideEffectUnknown(Unwind):
+    """Whether an external action happened is unknown. The attempt fails with class
+    ``side_effect_unknown`` and automatic retries stop until it is reconciled; an agent
+    cannot catch this and carry on as if it knew."""
+
     def __init__(self, message: str, *, operation_id: str) -> None:
         super().__init__(message)
         self.message = message
@@ -51,25 +63,24 @@ class SideEffectUnknown(Unwind):
 
 
 class AttemptControl:
-    def __init__(self, api: Api, lease: dict[str, Any], shutdown: threading.Event) -> None:
-        self.api = api
-        self.lease = lease
-        self.shutdown = shutdown
+    """The shared, thread-safe state of one attempt while a worker holds its lease."""
+
+    def __init__(self, attempt_id: str, shutdown: threading.Event | None = None) -> None:
+        self.attempt_id = attempt_id
         self.cancel = threading.Event()
         self.stale = threading.Event()
+        # Stop at the next step boundary (the run was paused, or its agent's gate closed).
         self.pause = threading.Event()
+        # Shared by all attempts of a worker: finish the current step, then release.
+        self.shutdown = shutdown if shutdown is not None else threading.Event()
+        # Set whenever cancel or stale is: wakes a step sleeping in ctx.sleep at once.
         self.wake = threading.Event()
+        # Set before the final write (complete, fail, interrupt, release): from then on a
+        # heartbeat that is refused because the attempt ended is expected, not news.
         self.finishing = threading.Event()
         self.stale_reason = ""
-        self.lease_seconds = float(lease["lease_seconds"])
-        # When the last renewal that succeeded was *sent* (conservative).
-        self.renewed_at = time.monotonic()
         self._cost = Decimal("0")
         self._lock = threading.Lock()
-
-    @property
-    def attempt_id(self) -> str:
-        return str(self.lease["attempt_id"])
 
     # Signals -------------------------------------------------------------------------
 
@@ -80,6 +91,7 @@ class AttemptControl:
         self.wake.set()
 
     def request_pause(self, source: str) -> None:
+        """Stop at the next step boundary. Not a wake-up: the step runs to its end."""
         if not self.pause.is_set():
             logger.info("attempt %s: pause requested (%s)", self.attempt_id, source)
         self.pause.set()
@@ -91,18 +103,14 @@ class AttemptControl:
         self.stale.set()
         self.wake.set()
 
-    def renewed(self, sent_at: float) -> None:
-        with self._lock:
-            self.renewed_at = max(self.renewed_at, sent_at)
-
-    def lease_trusted(self) -> bool:
-        with self._lock:
-            return time.monotonic() - self.renewed_at < self.lease_seconds * LEASE_TRUST
+    def vouch(self) -> None:
+        """Mark the lease stale when this side can no longer vouch for it (the HTTP
+        worker's reckoning of an unrenewed lease); in process the fence alone decides."""
 
     def check(self) -> None:
-        """A safe point: unwind if the lease is gone (or unvouched) or the run was cancelled."""
-        if not self.stale.is_set() and not self.lease_trusted():
-            self.mark_stale("no renewal of the lease succeeded for its length")
+        """A safe point: unwind if the lease is gone or the run was cancelled."""
+        if not self.stale.is_set():
+            self.vouch()
         if self.stale.is_set():
             raise LeaseLost(self.stale_reason)
         if self.cancel.is_set():
@@ -115,140 +123,11 @@ class AttemptControl:
             self._cost += amount
             return self._cost
 
-    def cost_arg(self) -> str | None:
+    @property
+    def cost(self) -> Decimal:
         with self._lock:
-            return str(self._cost) if self._cost else None
+            return self._cost
 
-    # Writes --------------------------------------------------------------------------
-
-    def epochs(self) -> dict[str, Any]:
-        return {
-            "lease_epoch": self.lease["lease_epoch"],
-            "cancel_epoch": self.lease["cancel_epoch"],
-        }
-
-    def write(self, action: str, body: dict[str, Any], *, with_cost: bool = True) -> Any:
-        """POST a fenced write about this attempt; map the fence's refusals to unwinding."""
-        self.check()
-        payload = {**self.epochs(), **body}
-        cost = self.cost_arg()
-        if with_cost and cost is not None:
-            payload["cost"] = cost
-        try:
-            _, data = self.api.call(
-                "POST",
-                f"/api/worker/attempts/{self.attempt_id}/{action}",
-                payload,
-                retry_for=self.lease_seconds * LEASE_TRUST,
-            )
-        except Problem as exc:
-            if exc.code in ("stale_worker", "not_your_lease"):
-                self.mark_stale(f"{action} refused ({exc.code}): {exc.detail}")
-                raise LeaseLost(exc.detail) from exc
-            if exc.code == "stale_after_cancel":
-                self.request_cancel(f"{action} refused ({exc.code})")
-                raise CancelRequested() from exc
-            raise
-        except ServerAway as exc:
-            self.mark_stale(f"{action}: the server did not answer: {exc}")
-            raise LeaseLost(str(exc)) from exc
-        return data
-
-    def outcome(self, operation_id: str, body: dict[str, Any]) -> Any:
-        """Record what a tool did. Never fenced (an outcome is a fact), so it is sent even
-        after the lease was lost, and retried until the server takes it."""
-        _, data = self.api.call(
-            "POST",
-            f"/api/worker/side-effects/{operation_id}/outcome",
-            {**body, **self.epochs()},
-            retry_for=300.0,
-            persist=True,
-        )
-        return data
-
-    def release(self, reason: str) -> dict[str, Any] | None:
-        try:
-            _, data = self.api.call(
-                "POST",
-                f"/api/worker/attempts/{self.attempt_id}/release",
-                {"lease_epoch": self.lease["lease_epoch"], "reason": reason},
-                retry_for=10.0,
-                persist=True,
-            )
-            return data if isinstance(data, dict) else {}
-        except (Problem, ServerAway) as exc:
-            logger.info("attempt %s: release refused: %s", self.attempt_id, exc)
-            return None
-
-
-# The longest a watch waits for a cancel or pause (under the HTTP client's timeout).
-WATCH_MAX = 25.0
-
-
-class Heartbeater:
-    """Renews the lease every ``heartbeat_seconds`` and hears cancel and pause at once.
-
-    Each renewal is a *watch* (``POST …/watch``): the server renews the lease, then holds
-    the request until the run is cancelled or paused (its NOTIFY) or the interval is
-    over; so the next renewal follows the answer, and a cancel arrives without waiting
-    for the next heartbeat. Once a cancel or pause is known, plain renewals follow.
-    """
-
-    def __init__(self, control: AttemptControl) -> None:
-        self.control = control
-        self.every = float(control.lease.get("heartbeat_seconds") or control.lease_seconds / 3)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"hp-heartbeat-{control.attempt_id}", daemon=True
-        )
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        # A watch in flight is answered when the attempt ends (the server wakes it).
-        self._thread.join(0.2)
-
-    def _run(self) -> None:
-        control = self.control
-        while not self._stop.is_set():
-            known = control.cancel.is_set() or control.pause.is_set()
-            if known and self._stop.wait(self.every):
-                return
-            wait = 0.0 if known else min(self.every, WATCH_MAX)
-            sent_at = time.monotonic()
-            try:
-                _, data = control.api.call(
-                    "POST",
-                    f"/api/worker/attempts/{control.attempt_id}/watch",
-                    {
-                        "lease_epoch": control.lease["lease_epoch"],
-                        "lease_seconds": control.lease_seconds,
-                        "cost": control.cost_arg(),
-                        "wait": wait,
-                    },
-                    timeout=wait + 15.0,
-                    retry_for=self.every,
-                    persist=True,
-                )
-            except Problem as exc:
-                if control.finishing.is_set() or self._stop.is_set():
-                    return
-                if exc.code in ("stale_worker", "not_your_lease", "not_found"):
-                    control.mark_stale(f"heartbeat refused ({exc.code})")
-                    return
-                logger.warning("attempt %s: heartbeat refused: %s", control.attempt_id, exc)
-                self._stop.wait(self.every)
-                continue
-            except ServerAway as exc:
-                logger.warning("attempt %s: heartbeat: %s", control.attempt_id, exc)
-                if not control.lease_trusted():
-                    control.mark_stale("the server was away for the lease's length")
-                    return
-                continue
-            control.renewed(sent_at)
-            if data.get("cancel_requested"):
-                control.request_cancel("heartbeat")
-            if data.get("pause_requested"):
-                control.request_pause("heartbeat")
+    def cost_arg(self) -> str | None:
+        cost = self.cost
+        return str(cost) if cost else None

@@ -11,7 +11,11 @@ whose steps are the graph's nodes:
   with ``update_state(values, as_node=…)``; Holdpoint is the durable store.
 - **``interrupt(payload)`` inside a node is a hold point**: the card shows the payload;
   the person's answer resumes the node with ``Command(resume=…)`` (LangGraph re-runs the
-  node from its start, as it always does on resume). LangGraph's ``HumanInterrupt``
+  node from its start, as it always does on resume). Such a node runs three times per
+  question: up to the interrupt in the attempt that asks; up to it again in the attempt
+  after the answer, so that the payload it asks with *now* is checked against the answer
+  (an approval covers exactly the call it showed, and LangGraph cannot show a payload
+  without running the node); and from its start once more when LangGraph resumes it. LangGraph's ``HumanInterrupt``
   (``{action_request, config, description}``, Agent Inbox) becomes an **approval** hold
   point (``auth_required``): the approval card shows the action and its arguments
   (editable in the card's form when ``allow_edit``), and the approver approves, approves

@@ -5,11 +5,34 @@ import { parseArgs } from "node:util";
 import { pathToFileURL } from "node:url";
 
 import { Agent } from "./agent.js";
-import { Worker } from "./worker.js";
+import { DeclarationRefused, Worker } from "./worker.js";
+
+const USAGE = `usage: holdpoint-worker --url URL [--token TOKEN] [options] MODULE:AGENT [MODULE:AGENT ...]
+
+Serve Holdpoint agents over the worker protocol: declare them, claim their runs, run them.
+
+MODULE is a file, as a path from the current directory (./agents/deploy.js) or an
+absolute one, or a package name (resolved from this client's installation); AGENT is
+the name of an exported Agent or array of Agents.
+
+options:
+  --url URL           the Holdpoint server, http://host:port (required)
+  --token TOKEN       a worker token, hpw_... (default: $HOLDPOINT_TOKEN)
+  --concurrency N     attempts at once (default: 1)
+  --name NAME         this worker's name on the Workers page (default: host:pid)
+  --lease-seconds S   lease per claim, renewed every S/3 (default: the server's)
+  --wait S            long-poll seconds per claim (default: 20)
+  --grace S           at SIGTERM, seconds the steps may finish before their leases
+                      are released (default: 10)
+  -h, --help          show this help and exit
+`;
+
+/** A mistake on the command line: the usage on stderr, exit status 2 (as Python's argparse). */
+class UsageError extends Error {}
 
 async function load(target: string): Promise<Agent[]> {
   const at = target.lastIndexOf(":");
-  if (at <= 0) throw new Error(`${target}: expected module:agent`);
+  if (at <= 0) throw new UsageError(`${target}: expected MODULE:AGENT`);
   const spec = target.slice(0, at);
   const name = target.slice(at + 1);
   const url = spec.startsWith(".") || spec.startsWith("/") ? pathToFileURL(resolve(spec)).href : spec;
@@ -20,35 +43,73 @@ async function load(target: string): Promise<Agent[]> {
   return agents as Agent[];
 }
 
-async function main(): Promise<void> {
-  const { values, positionals } = parseArgs({
-    allowPositionals: true,
-    options: {
-      url: { type: "string" },
-      token: { type: "string", default: process.env.HOLDPOINT_TOKEN ?? "" },
-      concurrency: { type: "string", default: "1" },
-      name: { type: "string" },
-      "lease-seconds": { type: "string" },
-      wait: { type: "string", default: "20" },
-      grace: { type: "string", default: "10" },
-    },
-  });
-  if (!values.url || !values.token || !positionals.length) {
-    console.error("usage: holdpoint-worker --url URL --token hpw_… module:agent [--concurrency N]");
-    process.exit(2);
+function number(values: Record<string, unknown>, option: string, opts: { integer?: boolean; min: number }): number | undefined {
+  const raw = values[option];
+  if (raw === undefined) return undefined;
+  const value = Number(raw);
+  if (!Number.isFinite(value) || value < opts.min || (opts.integer && !Number.isInteger(value))) {
+    throw new UsageError(`--${option}: expected ${opts.integer ? "an integer" : "a number"} of at least ${opts.min}, got ${JSON.stringify(raw)}`);
   }
-  const agents = (await Promise.all(positionals.map(load))).flat();
-  const worker = new Worker(values.url, values.token, agents, {
-    concurrency: Number(values.concurrency),
+  return value;
+}
+
+function parse(argv: string[]) {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: argv,
+      allowPositionals: true,
+      strict: true,
+      options: {
+        help: { type: "boolean", short: "h" },
+        url: { type: "string" },
+        token: { type: "string", default: process.env.HOLDPOINT_TOKEN ?? "" },
+        concurrency: { type: "string", default: "1" },
+        name: { type: "string" },
+        "lease-seconds": { type: "string" },
+        wait: { type: "string", default: "20" },
+        grace: { type: "string", default: "10" },
+      },
+    });
+  } catch (error) {
+    // Node's parseArgs throws on an unknown option or a missing value.
+    throw new UsageError((error as Error).message);
+  }
+  const { values, positionals } = parsed;
+  if (values.help) return null;
+  if (!values.url) throw new UsageError("--url is required");
+  if (!values.token) throw new UsageError("--token (or HOLDPOINT_TOKEN) is required");
+  if (!positionals.length) throw new UsageError("name at least one MODULE:AGENT");
+  return {
+    url: values.url,
+    token: values.token,
+    targets: positionals,
     name: values.name,
-    leaseSeconds: values["lease-seconds"] ? Number(values["lease-seconds"]) : undefined,
-    wait: Number(values.wait),
+    concurrency: number(values, "concurrency", { integer: true, min: 1 })!,
+    leaseSeconds: number(values, "lease-seconds", { min: 0.1 }),
+    wait: number(values, "wait", { min: 0 })!,
+    grace: number(values, "grace", { min: 0 })!,
+  };
+}
+
+async function main(): Promise<void> {
+  const args = parse(process.argv.slice(2));
+  if (args === null) {
+    process.stdout.write(USAGE);
+    return;
+  }
+  const agents = (await Promise.all(args.targets.map(load))).flat();
+  const worker = new Worker(args.url, args.token, agents, {
+    concurrency: args.concurrency,
+    name: args.name,
+    leaseSeconds: args.leaseSeconds,
+    wait: args.wait,
   });
   let stopping = false;
   const stop = async () => {
     if (stopping) return;
     stopping = true;
-    await worker.stop(Number(values.grace));
+    await worker.stop(args.grace);
     console.log(`holdpoint-worker ${worker.name}: stopped`);
     process.exit(0);
   };
@@ -59,6 +120,14 @@ async function main(): Promise<void> {
 }
 
 main().catch((error) => {
+  if (error instanceof UsageError) {
+    process.stderr.write(`holdpoint-worker: ${error.message}\n\n${USAGE}`);
+    process.exit(2);
+  }
+  if (error instanceof DeclarationRefused) {
+    console.error(`holdpoint-worker: ${error.message}`);
+    process.exit(1);
+  }
   console.error(error);
   process.exit(1);
 });

@@ -2,6 +2,7 @@
 import { createHash } from "node:crypto";
 
 import { AttemptControl, HoldPointReached, SideEffectUnknown } from "./control.js";
+import { approvalNote, notAppliedMessage, notAppliedReason, type OwedApproval, owedApproval } from "./approvals.js";
 import { Problem, sleep } from "./http.js";
 import { ActionFailed, OutcomeUnknown, type Tool } from "./tools.js";
 import {
@@ -11,6 +12,7 @@ import {
   type Confirmed,
   CostBudgetExceeded,
   Done,
+  type EditRefused,
   Next,
   SideEffectFailed,
 } from "./types.js";
@@ -134,6 +136,11 @@ export class Context {
   private readonly observed: Record<string, any> = {};
   private readonly changedNames = new Set<string>();
   private readonly lease: any;
+  // What people approved and this step run must use; what changed while it waited, the
+  // approvals skipped as empty, and the last approval with an edit (what EditRefused refuses).
+  private readonly changes = new Map<string, [unknown, unknown]>();
+  private readonly skipped: string[] = [];
+  private edited: { answer: any; asked: { prompt: string; opts: ApproveOptions } } | null = null;
 
   constructor(
     private readonly control: AttemptControl,
@@ -145,6 +152,7 @@ export class Context {
     readonly resumed: boolean,
     private readonly costBefore: number,
     private readonly costBudget: number | null,
+    private readonly owed: OwedApproval | null = null,
   ) {
     this.lease = control.lease;
   }
@@ -157,6 +165,10 @@ export class Context {
   }
   get attemptNumber(): number {
     return this.lease.number;
+  }
+  /** Why this attempt exists: `initial`, `resume`, `retry`, `auto_retry`, `lease_expired`, … */
+  get attemptReason(): string {
+    return String(this.lease.reason ?? "");
   }
   get input(): any {
     return this.lease.input;
@@ -211,7 +223,14 @@ export class Context {
     const change = toJson(detail);
     const tool = opts.tool ?? action;
     const answer = this.answers.get(stepId);
-    if (answer && answer.kind === "auth_required" && covers(answer, tool, target, change)) return approvalOf(answer);
+    if (answer && answer.kind === "auth_required" && covers(answer, tool, target, change)) {
+      const approval = approvalOf(answer);
+      this.use(answer);
+      if (approval.approved && approval.edited !== null) {
+        this.edited = { answer, asked: { prompt: opts.prompt ?? `Approve ${action} on ${target}?`, opts } };
+      }
+      return approval;
+    }
     if ((this.lease.approvals ?? []).includes(stepId)) {
       return makeApproval({ approved: true, comment: "Approved when the run was started." });
     }
@@ -221,6 +240,7 @@ export class Context {
         action,
         target,
       });
+      this.skipped.push(`${action} on ${target}`);
       return makeApproval({ approved: true, unchanged: true });
     }
     const reversibility = opts.reversibility ?? (opts.tool ? this.tools.get(opts.tool)?.reversibility : undefined) ?? "";
@@ -239,6 +259,14 @@ export class Context {
   private async hold(kind: string, stepId: string, prompt: string, schema: unknown, opts: AskOptions, action?: Record<string, unknown>): Promise<never> {
     const shown: Record<string, unknown> = { ...(toJson(opts.context ?? {}) as object) };
     if (Object.keys(this.observed).length && !("observed" in shown)) shown.observed = this.observed;
+    const owed = this.owed;
+    if (owed && !owed.settled) {
+      // Asked anew instead of using what people approved: the new card says why.
+      owed.settled = true;
+      if (!("superseded_approval" in shown)) {
+        shown.superseded_approval = approvalNote(owed, notAppliedReason(owed, { changed: this.changedList(), asked: action, askedKind: kind, askedKey: stepId }));
+      }
+    }
     const body: Record<string, unknown> = {
       checkpoint_id: this.checkpointId,
       kind,
@@ -273,6 +301,8 @@ export class Context {
     let reversibility = opts.reversibility;
     if (reversibility === undefined && opts.compensate && theTool.reversibility === "irreversible") reversibility = "compensable";
     let payload = toJson(request);
+    const answered = this.answers.get(stepId);
+    if (answered && answered.kind === "auth_required" && covers(answered, tool, target, payload)) this.use(answered);
     let body: Record<string, unknown> = { step_id: stepId, tool, target, request: payload };
     if (reversibility !== undefined) body.reversibility = reversibility;
     if (opts.compensate) body.compensating_action = toJson(opts.compensate);
@@ -376,6 +406,32 @@ export class Context {
     return this.hold("auth_required", stepId, prompt, null, { reason: error.detail }, action);
   }
 
+  private use(answer: any): void {
+    if (this.owed && this.owed.requestId === String(answer?.request_id ?? "")) this.owed.settled = true;
+  }
+
+  private changedList(): [string, unknown, unknown][] {
+    return [...this.changedNames].sort().map((name) => [name, ...(this.changes.get(name) ?? [null, null])] as [string, unknown, unknown]);
+  }
+
+  /** The runtime's: why the ended step did not use the approval its attempt resumed with. */
+  approvalNotApplied(): string | null {
+    const owed = this.owed;
+    if (!owed || owed.settled) return null;
+    return notAppliedMessage(owed, notAppliedReason(owed, { changed: this.changedList(), skipped: this.skipped }));
+  }
+
+  /** The runtime's: ask the approval whose edit the step refused again, saying why (throws
+   * HoldPointReached); returns only when the step got no approved edit to refuse. */
+  async askAgainRefused(refused: EditRefused): Promise<void> {
+    if (!this.edited) return;
+    const { answer, asked } = this.edited;
+    const owed = owedApproval(answer);
+    if (!owed) return;
+    const context = { ...(toJson(asked.opts.context ?? {}) as object), refused_edit: approvalNote(owed, refused.reason) };
+    await this.hold("auth_required", String(answer.step_id), asked.prompt, null, { ...asked.opts, context }, { ...(answer.action ?? {}) });
+  }
+
   /** Read something volatile; remembered with any question, so `changed(name)` can tell later. */
   async observe<T>(name: string, read: () => T | Promise<T>): Promise<T> {
     this.check();
@@ -391,6 +447,7 @@ export class Context {
     }
     if (before && before.fingerprint !== summary.fingerprint) {
       this.changedNames.add(name);
+      this.changes.set(name, [before.value ?? null, summary.value ?? null]);
       await this.log(`${name} changed while the run was waiting`, "warning", { name, before: before.value ?? null, after: summary.value ?? null });
     }
     return value;

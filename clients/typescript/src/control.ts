@@ -14,8 +14,15 @@ export class SideEffectUnknown extends Unwind {
 }
 export const isUnwind = (error: unknown): error is Unwind => error instanceof Unwind;
 
-// Without a renewal for this share of the lease, the lease is taken as lost.
-const LEASE_TRUST = 0.8;
+// The share of the lease the client trusts: a renewal is trusted until the seconds the
+// server said were left (`lease_seconds_left`, on its clock), less (1 - LEASE_TRUST) of the
+// lease, counted on this process's monotonic clock from when the answer arrived. Never the
+// wall clock, never two machines' clocks compared, never dated by when the request was sent
+// (the server holds a watch for a third of the lease, and a loaded machine adds more).
+export const LEASE_TRUST = 0.8;
+
+/** This process's monotonic clock, in milliseconds. */
+export const monotonicMs = (): number => performance.now();
 
 export class AttemptControl {
   cancelled = false;
@@ -25,11 +32,14 @@ export class AttemptControl {
   staleReason = "";
   readonly wake = new AbortController();
   readonly leaseMs: number;
-  renewedAt = Date.now();
+  /** Until when (`monotonicMs()`) the lease is trusted. */
+  trustedUntil: number;
   private cost = 0;
 
   constructor(readonly api: Api, readonly lease: any, readonly shutdown: AbortSignal) {
     this.leaseMs = Number(lease.lease_seconds) * 1000;
+    // The claim's answer, with a whole lease, arrived just now.
+    this.trustedUntil = monotonicMs() + this.leaseMs * LEASE_TRUST;
   }
 
   get attemptId(): string {
@@ -51,8 +61,21 @@ export class AttemptControl {
     this.wake.abort();
   }
 
+  /**
+   * A renewal succeeded: its request left at `sentAt` and its answer, saying the lease has
+   * `secondsLeft` on the server's clock, arrived at `receivedAt` (both `monotonicMs()`). A
+   * server that does not say renewed no earlier than the request was sent.
+   */
+  renewed(sentAt: number, receivedAt: number, secondsLeft: unknown): void {
+    const left = typeof secondsLeft === "number" ? secondsLeft : Number.NaN;
+    const until = Number.isFinite(left)
+      ? receivedAt + left * 1000 - this.leaseMs * (1 - LEASE_TRUST)
+      : sentAt + this.leaseMs * LEASE_TRUST;
+    this.trustedUntil = Math.max(this.trustedUntil, until);
+  }
+
   leaseTrusted(): boolean {
-    return Date.now() - this.renewedAt < this.leaseMs * LEASE_TRUST;
+    return monotonicMs() < this.trustedUntil;
   }
 
   check(): void {
@@ -162,7 +185,7 @@ export class Heartbeater {
         if (this.stopper.signal.aborted) return;
       }
       const wait = known ? 0 : Math.min(every / 1000, WATCH_MAX_SECONDS);
-      const sentAt = Date.now();
+      const sentAt = monotonicMs();
       try {
         const [, data] = await control.api.call(
           "POST",
@@ -170,7 +193,7 @@ export class Heartbeater {
           { lease_epoch: control.lease.lease_epoch, lease_seconds: control.lease.lease_seconds, cost: control.costArg(), wait },
           { retryForMs: every, persist: true, timeoutMs: (wait + 15) * 1000 },
         );
-        control.renewedAt = Math.max(control.renewedAt, sentAt);
+        control.renewed(sentAt, monotonicMs(), data?.lease_seconds_left);
         if (data?.cancel_requested) control.requestCancel();
         if (data?.pause_requested) control.requestPause();
       } catch (error) {

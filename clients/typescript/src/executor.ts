@@ -1,20 +1,26 @@
 // Run one claimed attempt: steps, checkpoints at step boundaries, and the attempt's end
 // (the loop of docs/protocol.md, §4).
 import type { Agent } from "./agent.js";
+import { noEditToRefuse, owedApproval } from "./approvals.js";
 import { Context } from "./context.js";
 import { AttemptControl, CancelRequested, Heartbeater, HoldPointReached, LeaseLost, SideEffectUnknown } from "./control.js";
+import type { HeartbeatPool } from "./heartbeats.js";
 import { Problem, ServerAway } from "./http.js";
-import { Done, Next, StepError } from "./types.js";
+import { ApprovalNotApplied, Done, EditRefused, Next, StepError } from "./types.js";
 
 export type Outcome = "succeeded" | "failed" | "interrupted" | "cancelled" | "paused" | "released" | "abandoned";
 
-export async function execute(agent: Agent, control: AttemptControl): Promise<Outcome> {
-  const beater = new Heartbeater(control);
-  beater.start();
+/** Run the claimed attempt, renewing its lease: with `heartbeats`, in its worker process's
+ * one batch (`HeartbeatPool`); else with a watch of its own. */
+export async function execute(agent: Agent, control: AttemptControl, heartbeats?: HeartbeatPool): Promise<Outcome> {
+  const beater = heartbeats ? null : new Heartbeater(control);
+  if (beater) beater.start();
+  else heartbeats!.add(control);
   try {
     return await new Attempt(agent, control).run();
   } finally {
-    await beater.stop();
+    if (beater) await beater.stop();
+    else await heartbeats!.remove(control);
   }
 }
 
@@ -56,6 +62,8 @@ class Attempt {
       resumed = false;
     }
     let continued = [...answers.values()].some((a) => a.kind === "pause");
+    // What people approved, which the step run from the resumed checkpoint must use.
+    let owed = lease.resume_from ? owedApproval(lease.resume_request) : null;
     const costBefore = Number(lease.run_cost ?? 0);
     for (;;) {
       this.step = step;
@@ -75,11 +83,15 @@ class Attempt {
         return "paused";
       }
       continued = false;
-      const ctx = new Context(control, agent.tools, agent.approvalPolicy, step, checkpointId, answers, resumed, costBefore, agent.retry.cost_budget ?? null);
+      const ctx = new Context(control, agent.tools, agent.approvalPolicy, step, checkpointId, answers, resumed, costBefore, agent.retry.cost_budget ?? null, owed);
       let result: Next | Done;
       try {
         result = await fn(ctx, JSON.parse(JSON.stringify(state ?? {})));
       } catch (error) {
+        if (error instanceof EditRefused) {
+          await ctx.askAgainRefused(error); // asks again (HoldPointReached) when it can
+          return this.fail("deterministic", "EditRefused", noEditToRefuse(error));
+        }
         if (error instanceof SideEffectUnknown) return this.fail("side_effect_unknown", "SideEffectUnknown", error.message);
         if (error instanceof HoldPointReached || error instanceof CancelRequested || error instanceof LeaseLost) throw error;
         if (error instanceof StepError) return this.fail(error.failureClass, error.name, error.message);
@@ -88,6 +100,8 @@ class Attempt {
         return this.fail(null, e?.name ?? "Error", String(e?.message ?? e) || "Error");
       }
       control.check();
+      const notApplied = ctx.approvalNotApplied();
+      if (notApplied !== null) return this.fail("deterministic", ApprovalNotApplied.name, notApplied);
       if (result instanceof Done) {
         control.finishing = true;
         await control.write("complete", { result: result.result ?? null });
@@ -102,6 +116,7 @@ class Attempt {
       step = result.step;
       answers = new Map();
       resumed = false;
+      owed = null;
     }
   }
 

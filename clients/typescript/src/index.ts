@@ -2,7 +2,7 @@
 export { Agent, type AgentOptions, type StepFunction } from "./agent.js";
 export { Context, canonicalJson, holdPointKey } from "./context.js";
 export { isUnwind, Unwind } from "./control.js";
-export { Api, Problem, ServerAway } from "./http.js";
+export { Api, type Identity, identityHeaders, Problem, ServerAway } from "./http.js";
 export { ActionFailed, type LookupOutcome, OutcomeUnknown, type Tool, type ToolResult, WebhookTool } from "./tools.js";
 export {
   type Approval,
@@ -11,10 +11,11 @@ export {
   CostBudgetExceeded,
   Deterministic,
   Done,
+  EditRefused,
   Next,
   type RetryPolicy,
   SideEffectFailed,
   StepError,
   Transient,
 } from "./types.js";
-export { Worker, type WorkerOptions } from "./worker.js";
+export { CLIENT, DeclarationRefused, Worker, type WorkerOptions } from "./worker.js";

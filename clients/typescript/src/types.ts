@@ -73,6 +73,18 @@ export class ApprovalDenied extends StepError {
   }
 }
 
+/** Throw it when the step cannot use the edit the approvers approved: the same approval is
+ * asked again (same hold point, same plan), saying the edit was refused and why. */
+export class EditRefused extends StepError {
+  override failureClass = "deterministic";
+  constructor(readonly reason: string) {
+    super(reason);
+  }
+}
+
+/** The runtime's: the attempt resumed with an approval, and its step ended without using it. */
+export class ApprovalNotApplied extends Deterministic {}
+
 export class SideEffectFailed extends StepError {
   constructor(message: string, readonly operationId: string, readonly error: unknown = null) {
     super(message);

@@ -91,3 +91,20 @@ tuner.step("notify", async (ctx, state) => {
 });
 
 export const AGENTS = [deploy, looper, tuner];
+
+// Sleeps in a step, then checkpoints (tests/clients/test_sigterm_grace.py): naps.log says
+// when each attempt began its nap and how long the sleep lasted (tests/clients/nap_agents.py
+// is its Python twin; the first attempt sleeps `seconds`, later ones `again`).
+const note = (line) => appendFileSync(join(root(), "naps.log"), `${line}\n`);
+
+export const napper = new Agent({ name: "ts-nap", description: "Sleeps in a step, then checkpoints" });
+napper.step("nap", async (ctx) => {
+  note(`start ${ctx.attemptNumber}`);
+  const began = performance.now();
+  const seconds = ctx.input.seconds ?? 6;
+  await ctx.sleep(ctx.attemptNumber === 1 ? seconds : (ctx.input.again ?? seconds));
+  const slept = (performance.now() - began) / 1000;
+  note(`end ${ctx.attemptNumber} ${slept.toFixed(3)} ${(Date.now() / 1000).toFixed(3)}`);
+  return ctx.next("wake", { slept });
+});
+napper.step("wake", async (ctx, state) => ctx.done(state));

@@ -11,6 +11,9 @@
     python manage.py agent policy deploy --file policy.json     (rules per tool/target)
     python manage.py agent policy deploy --clear                (back to the agent's code)
 
+    python manage.py agent owners triage                        (which worker tokens own it)
+    python manage.py agent owners triage --add host-b --remove host-a
+
 ``policy`` shows or sets who may approve the agent's approvals and how many must (an
 operator's policy overrides the one in the agent's code; docs/agents.md).
 ``pause`` closes the agent's gate (the kill switch): nothing of it is claimed and every
@@ -40,7 +43,7 @@ from runs.migrated import require_migrated
 from runs.models import AgentApprovalPolicy, DeclaredAgent
 from runs.schemas import compile_schema
 from runs.selectors import agent_overview
-from runs.services import agent_pause, agent_unpause
+from runs.services import agent_owners_set, agent_pause, agent_unpause
 
 
 def _read_json(path: str, what: str) -> Any:
@@ -78,6 +81,14 @@ class Command(BaseCommand):
         unpause = sub.add_parser("unpause", help="Let a paused agent's runs go on.")
         unpause.add_argument("name")
         unpause.add_argument("--reason", default="")
+        owners = sub.add_parser(
+            "owners",
+            help="Show or change the worker tokens a declared agent belongs to (only they "
+            "may declare it and claim its runs).",
+        )
+        owners.add_argument("name")
+        owners.add_argument("--add", default="", help="Comma-separated token names to add.")
+        owners.add_argument("--remove", default="", help="Comma-separated token names to remove.")
         policy = sub.add_parser("policy", help="Show or set an agent's approval policy.")
         policy.add_argument("name")
         policy.add_argument("--file", metavar="FILE", help="The whole policy, a JSON object.")
@@ -98,6 +109,8 @@ class Command(BaseCommand):
             self.stdout.write(f"Removed agent {options['name']!r}.")
         elif action == "policy":
             self._policy(options)
+        elif action == "owners":
+            self._owners(options)
         elif action in ("pause", "unpause"):
             self._gate(action, options["name"], options["reason"])
         else:
@@ -122,6 +135,20 @@ class Command(BaseCommand):
             )
         else:
             self.stdout.write(f"Unpaused agent {name!r}: its runs go on.")
+
+    def _owners(self, options: dict[str, Any]) -> None:
+        name = options["name"]
+        add = [t.strip() for t in options["add"].split(",") if t.strip()]
+        remove = {t.strip() for t in options["remove"].split(",") if t.strip()}
+        try:
+            owners = agent_owners_set(name=name, add=add, remove=remove, actor="cli")
+        except HoldpointError as exc:
+            raise CommandError(f"{exc.code}: {exc.detail}") from None
+        self.stdout.write(
+            f"{name}: owned by {', '.join(owners)}"
+            if owners
+            else f"{name}: owned by no token (only an administrator declares it)"
+        )
 
     def _policy(self, options: dict[str, Any]) -> None:
         name = options["name"]

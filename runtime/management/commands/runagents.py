@@ -11,7 +11,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from runs.migrated import require_migrated
-from runtime.devloop import hold_worker_lock, reload_forever
+from runtime.devloop import ImportsReport, hold_worker_lock, reload_forever
 from runtime.worker import WorkerPool
 
 
@@ -61,8 +61,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--reload",
             action="store_true",
-            help="Develop an agent: restart the workers when a Python file of the project or "
-            "of the agent modules changes (each restart releases the leases first).",
+            help="Develop an agent: restart the workers when an agent module or a Python file "
+            "it imports changes (each restart releases the leases first).",
         )
         parser.add_argument(
             "--reload-interval",
@@ -120,7 +120,11 @@ class Command(BaseCommand):
             f"({'LISTEN/NOTIFY' if pool.listen else f'polling every {pool.poll_interval}s'})",
         )
         self.stdout.flush()
+        # Under --reload: the files to watch are those the agents imported (runtime/devloop.py).
+        imports = ImportsReport.from_env()
+        imports.refresh()
         while not stopping.wait(0.5):
+            imports.refresh()
             if not pool.alive():
                 raise CommandError("Every worker thread stopped; see the log.")
         grace = options["grace_seconds"]

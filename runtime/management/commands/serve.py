@@ -30,6 +30,20 @@ from runtime.devloop import hold_worker_lock
 from runtime.worker import WorkerPool
 
 
+def served_url(host: str, port: int) -> str:
+    """The address of a server listening on ``host``:``port``, for links: a server on every
+    interface is reached here as localhost."""
+    if host in ("", "0.0.0.0", "::", "[::]"):  # noqa: S104 - names the wildcard, binds nothing
+        host = "localhost"
+    elif ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+# How long Ctrl-C lets running steps (in process and in the remote demo workers) finish.
+SHUTDOWN_GRACE_SECONDS = 1.0
+
+
 class Command(BaseCommand):
     help = "Start the dashboard, workers and demo agents in one process."
 
@@ -71,6 +85,10 @@ class Command(BaseCommand):
             # guard refuses by default (ledger/outbound.py): allow local destinations
             # for this demo process only, and say so.
             settings.HOLDPOINT_OUTBOUND_ALLOW_LOCAL = True
+        if not settings.HOLDPOINT_PUBLIC_URL:
+            # The links of notifications point where this server answers (make run
+            # PORT=8123), unless an operator said where people reach the dashboard.
+            settings.HOLDPOINT_PUBLIC_URL = served_url(options["host"], options["port"])
         receiver = DemoReceiver("127.0.0.1", options["receiver_port"]).start()
         stop = threading.Event()
         pool = (
@@ -95,13 +113,16 @@ class Command(BaseCommand):
             # The remote workers and the in-process ones stop side by side.
             if remote is not None:
                 remote.terminate()
-            self.stdout.write("holdpoint: stopping workers (each finishes its step)…")
+            self.stdout.write("holdpoint: stopping workers…")
             self.stdout.flush()
             stop.set()
+            # Ctrl-C on the dev server stops it within 2 s: a step gets a moment to finish,
+            # then its lease is released at once and another start repeats it from its
+            # checkpoint (runagents keeps its own --grace-seconds for production).
             if pool is not None:
-                pool.stop(timeout=30)
+                pool.stop(timeout=SHUTDOWN_GRACE_SECONDS)
             if remote is not None:
-                remote.stop(timeout=10)
+                remote.stop(timeout=SHUTDOWN_GRACE_SECONDS)
             receiver.stop()
             self.stdout.write("holdpoint: stopped; leases released.")
         # Everything durable is committed and every lease released. Skip interpreter
@@ -128,6 +149,8 @@ class Command(BaseCommand):
             endpoints=build_endpoint_description_strings(host=host, port=port),
             signal_handlers=True,
             action_logger=None,
+            # Open pages' sockets are cancelled at Ctrl-C; none may hold the exit longer.
+            application_close_timeout=1,
             # Websockets live long; pages answer fast.
             websocket_timeout=86400,
         ).run()
@@ -154,6 +177,7 @@ class Command(BaseCommand):
                 else "no workers: run `python manage.py runagents --reload` beside it"
             ),
             f"  demo webhook receiver: {receiver.url}",
+            f"  links in notifications: {settings.HOLDPOINT_PUBLIC_URL}/",
         ]
         if settings.HOLDPOINT_OUTBOUND_ALLOW_LOCAL:
             lines.append("  outbound calls may reach local addresses (demo)")

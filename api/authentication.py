@@ -19,9 +19,12 @@ Reuse for other worker endpoints (the ledger's side effects)::
 from __future__ import annotations
 
 import datetime as dt
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection
 from django.utils import timezone
@@ -38,9 +41,10 @@ from rest_framework.authtoken.models import Token
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
-from runs import rows
+from runs import db, tokens
+from runs.db import postgresql
 from runs.models import WorkerToken
-from runs.permissions import user_from_row, user_select_sql
+from runs.permissions import permission_set, remember_permissions, user_from_row, user_select_sql
 from runs.ratelimit import (
     anonymous_hit,
     auth_failure_record,
@@ -93,23 +97,30 @@ def _presents(request: Request, keyword: bytes) -> bool:
 
 
 class FailureCountingMixin:
-    """Count credentials that fail, per client address; refuse an address over
-    ``HOLDPOINT_THROTTLE_AUTH_FAILURES`` with 429 ``throttled`` before looking its token up,
+    """Count credentials that fail, per client address; once an address is over
+    ``HOLDPOINT_THROTTLE_AUTH_FAILURES``, its failing credentials get 429 ``throttled``
     until the window ends. Guessing tokens is hopeless (256 random bits), but a client
-    that keeps trying is told to stop instead of being answered at full speed."""
+    that keeps trying is told to stop instead of being answered at full speed.
+
+    Only failing credentials meet the block: a valid token from the same address (every
+    worker on a host, everyone behind a NAT, the proxy itself when its headers are not
+    trusted) is judged by its own principal's rate, never locked out by a neighbour's
+    typo. The token is looked up first, which costs one indexed query per refused try.
+    (Passwords are another matter: the sign-in lockout, ``runs/ratelimit.py``, refuses a
+    locked address before checking, or a locked-out guesser could still test passwords.)"""
 
     presented_keyword: bytes
 
     def _guarded(self, request: Request, check: Any) -> Any:
         if not _presents(request, self.presented_keyword):
             return check()
-        address = client_address(request)
-        wait = auth_failures_blocked(address)
-        if wait is not None:
-            raise exceptions.Throttled(wait=wait, detail=_BLOCKED.format(wait=wait))
         try:
             return check()
         except exceptions.AuthenticationFailed:
+            address = client_address(request)
+            wait = auth_failures_blocked(address)
+            if wait is not None:
+                raise exceptions.Throttled(wait=wait, detail=_BLOCKED.format(wait=wait)) from None
             auth_failure_record(address)
             raise
 
@@ -142,8 +153,12 @@ class ThrottledTokenAuthentication(FailureCountingMixin, TokenAuthentication):
 
     def authenticate_credentials(self, key: str) -> tuple[Any, Any]:
         global _TOKEN_QUERY
-        if connection.vendor != "postgresql":
-            return super().authenticate_credentials(key)
+        if not postgresql():
+            # Elsewhere (SQLite): DRF's token and user, then the permission set in one query.
+            user, token = super().authenticate_credentials(key)
+            if not user.is_superuser:
+                remember_permissions(user, permission_set(user))
+            return user, token
         if _TOKEN_QUERY is None:
             _TOKEN_QUERY = _token_query()
         sql, attnames = _TOKEN_QUERY
@@ -162,12 +177,66 @@ class ThrottledTokenAuthentication(FailureCountingMixin, TokenAuthentication):
         return user, token
 
 
+class _TokenCache:
+    """Worker tokens this process looked up, by hash, each trusted for
+    ``HOLDPOINT_WORKER_TOKEN_CACHE_SECONDS`` (monotonic clock). Every worker call
+    authenticates, and the look-up was a query of its own on each.
+
+    The bound on revocation: a token revoked in this process is forgotten at once
+    (``runs.tokens.revocations``); one revoked elsewhere (another web process, the
+    command line) is refused here at most that many seconds later. Unknown or revoked
+    tokens are never cached: a failing credential is looked up and counted every time."""
+
+    MAX = 1000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[str, tuple[float, WorkerToken]] = {}
+        self._seen_revocations = tokens.revocations
+
+    def get(self, token_hash: str) -> WorkerToken | None:
+        ttl = float(settings.HOLDPOINT_WORKER_TOKEN_CACHE_SECONDS)
+        with self._lock:
+            if self._seen_revocations != tokens.revocations:
+                self._entries.clear()
+                self._seen_revocations = tokens.revocations
+            entry = self._entries.get(token_hash)
+            if entry is not None and ttl > 0 and time.monotonic() - entry[0] < ttl:
+                return entry[1]
+        return None
+
+    def put(self, token_hash: str, token: WorkerToken) -> None:
+        if float(settings.HOLDPOINT_WORKER_TOKEN_CACHE_SECONDS) <= 0:
+            return
+        with self._lock:
+            if len(self._entries) >= self.MAX:
+                self._entries.pop(next(iter(self._entries)))
+            self._entries[token_hash] = (time.monotonic(), token)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+worker_tokens = _TokenCache()
+
+
 def _active_worker_token(token_hash: str) -> WorkerToken | None:
-    if connection.vendor != "postgresql":
+    cached = worker_tokens.get(token_hash)
+    if cached is not None:
+        return cached
+    found = _look_up_worker_token(token_hash)
+    if found is not None:
+        worker_tokens.put(token_hash, found)
+    return found
+
+
+def _look_up_worker_token(token_hash: str) -> WorkerToken | None:
+    if not postgresql():
         return WorkerToken.objects.filter(token_hash=token_hash, revoked_at__isnull=True).first()
-    found = rows.fetch(
+    found = db.fetch(
         WorkerToken,
-        f"SELECT {rows.columns(WorkerToken, 't')} FROM "  # noqa: S608 - names from the models
+        f"SELECT {db.columns(WorkerToken, 't')} FROM "  # noqa: S608 - names from the models
         f'"{WorkerToken._meta.db_table}" t WHERE t."token_hash" = %s '
         'AND t."revoked_at" IS NULL LIMIT 1',
         [token_hash],
@@ -202,6 +271,8 @@ class WorkerTokenAuthentication(FailureCountingMixin, BaseAuthentication):
         now = timezone.now()
         if token.last_used_at is None or now - token.last_used_at > _LAST_USED_RESOLUTION:
             WorkerToken.objects.filter(pk=token.pk).update(last_used_at=now)
+            # The cached row says so too, or every call after a minute would write again.
+            token.last_used_at = now
         return WorkerPrincipal(name=token.name), token
 
     def authenticate_header(self, request: Request) -> str:

@@ -15,9 +15,11 @@ from rest_framework import serializers
 from api.problems import CONTENT_TYPE
 from api.serializers import ProblemSerializer
 from runs.errors import ERROR_STATUS, HoldpointError
+from runs.selectors import permission_denied_text
 
 # Refusals any authenticated endpoint can give, documented on every operation (a NUL
-# character in the path or query is malformed_request wherever it is).
+# character in the path or query is malformed_request wherever it is; a web process past
+# its admission limit, or without a pooled connection in time, answers 503 overloaded).
 AUTH_CODES = (
     "not_authenticated",
     "authentication_failed",
@@ -25,6 +27,7 @@ AUTH_CODES = (
     "csrf_failed",
     "throttled",
     "malformed_request",
+    "overloaded",
 )
 # Refusals of any endpoint that reads a JSON body, before the view runs.
 BODY_CODES = ("malformed_request", "payload_too_large", "unsupported_media_type", "invalid_input")
@@ -33,7 +36,7 @@ BODY_CODES = ("malformed_request", "payload_too_large", "unsupported_media_type"
 def require_perm(user: Any, perm: str) -> None:
     """Refuse with 403 unless ``user`` holds ``perm`` (collections: there is nothing to hide)."""
     if not user.has_perm(perm):
-        raise PermissionDenied(f"You do not have the {perm.split('.')[1]} permission.")
+        raise PermissionDenied(permission_denied_text(perm))
 
 
 def validated(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:

@@ -7,6 +7,10 @@ Three ways in, one body:
   validation) into problem responses.
 - ``problem_response(code, detail, status=None, **extra)`` builds one anywhere else
   (plain Django views, middleware, the dashboard).
+- ``overloaded_body(detail)`` is the 503 ``overloaded`` refusal with ``Retry-After``
+  (``HOLDPOINT_OVERLOAD_RETRY_AFTER``): from the admission limit (``api.admission``), and
+  for a request that waited ``DATABASE_POOL_TIMEOUT`` for a pooled database connection
+  and got none (``pool_exhausted``), which was a 500 before.
 - ``ApiBoundaryMiddleware`` guards ``/api/`` before any view runs: it refuses bodies
   over ``HOLDPOINT_MAX_BODY_BYTES`` (413) and JSON nested deeper than
   ``MAX_JSON_DEPTH`` (400), and turns Django's HTML 404/405/500 pages under
@@ -114,6 +118,47 @@ def error_response(exc: HoldpointError, instance: str | None = None) -> HttpResp
     return problem_response(exc.code, exc.detail, exc.status, instance, **exc.extra)
 
 
+# --- Overload ----------------------------------------------------------------------------------
+
+
+def overloaded_body(detail: str, instance: str | None = None, **extra: Any) -> dict[str, Any]:
+    """A 503 ``overloaded`` problem; ``retry_after`` is also its ``Retry-After`` header."""
+    retry_after = int(settings.HOLDPOINT_OVERLOAD_RETRY_AFTER)
+    return problem_body("overloaded", detail, 503, instance, retry_after=retry_after, **extra)
+
+
+def pool_exhausted(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is psycopg's pool timing out: every pooled
+    connection stayed busy for ``DATABASE_POOL_TIMEOUT``. Nothing ran without a connection,
+    so nothing changed: the request may be sent again."""
+    try:
+        from psycopg_pool import PoolTimeout
+    except ImportError:  # SQLite (newcomer mode): no pool
+        return False
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, PoolTimeout):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+POOL_EXHAUSTED_DETAIL = (
+    "Every database connection of this server process stayed busy; nothing was done: "
+    "send the same request again after Retry-After seconds."
+)
+
+
+def pool_exhausted_response(instance: str | None) -> HttpResponse:
+    body = overloaded_body(POOL_EXHAUSTED_DETAIL, instance)
+    logger.warning("Overloaded: no pooled database connection for %s", instance)
+    response = HttpResponse(render_problem(body), status=503, content_type=CONTENT_TYPE)
+    response["Retry-After"] = str(body["retry_after"])
+    return response
+
+
 # --- DRF -----------------------------------------------------------------------------------------
 
 
@@ -185,6 +230,16 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         elif isinstance(exc, DjangoPermissionDenied):
             exc = exceptions.PermissionDenied(str(exc) or None)
         if not isinstance(exc, exceptions.APIException):
+            if pool_exhausted(exc):
+                set_rollback()
+                body = overloaded_body(POOL_EXHAUSTED_DETAIL, instance)
+                logger.warning("Overloaded: no pooled database connection for %s", instance)
+                return Response(
+                    body,
+                    status=503,
+                    headers={"Retry-After": str(body["retry_after"])},
+                    content_type=CONTENT_TYPE,
+                )
             return None
         headers = {}
         if isinstance(exc, exceptions.ValidationError):
@@ -360,6 +415,8 @@ class ApiBoundaryMiddleware:
             return None
         if isinstance(exception, HoldpointError):
             return error_response(exception, request.path)
+        if pool_exhausted(exception):
+            return pool_exhausted_response(request.path)
         logger.exception("Unhandled error in %s %s", request.method, request.path)
         return problem_response(
             "server_error",

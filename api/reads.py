@@ -34,6 +34,7 @@ from runs.selectors import (
     inbox_for_user,
     run_get_for_user,
     runs_for_user,
+    waiting_for_runs,
 )
 from runs.states import RequestKind, RequestStatus, RunStatus
 
@@ -113,6 +114,13 @@ class RunListApi(QueryValidated, ListAPIView):
     )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().get(request, *args, **kwargs)
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        # Why each queued run of the page waits: read once for the page (two queries).
+        context = {**self.get_serializer_context(), "waiting": waiting_for_runs(page or [])}
+        serializer = self.get_serializer(page, many=True, context=context)
+        return self.get_paginated_response(serializer.data)
 
     def get_queryset(self) -> QuerySet[Run]:
         require_perm(self.request.user, VIEW)
@@ -196,7 +204,10 @@ class InputRequestListApi(QueryValidated, ListAPIView):
         kind = serializers.ChoiceField(choices=_choices(RequestKind.values), required=False)
         run_id = serializers.CharField(max_length=40, required=False)
         mine = serializers.BooleanField(
-            required=False, default=False, help_text="Only the kinds I may answer."
+            required=False,
+            default=False,
+            help_text="Only what I may act on now (the dashboard's Needs me): questions of the "
+            "kinds I may answer, approvals I may approve and have not approved yet.",
         )
         cursor = serializers.CharField(required=False)
         page_size = serializers.IntegerField(min_value=1, max_value=200, required=False)

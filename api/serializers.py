@@ -15,6 +15,7 @@ from rest_framework import serializers
 from runs.agents import AgentSpec, approval_policy_for
 from runs.approvals import approvals_needed, policy_of
 from runs.models import ApprovalVote, Attempt, Checkpoint, InputRequest, Run, RunEvent
+from runs.selectors import run_waiting
 from runs.states import RequestKind
 
 
@@ -153,7 +154,9 @@ def approval_facts(request: InputRequest) -> dict[str, Any]:
             "comment": vote.comment,
             "edited": vote.edited,
             "at": utc(vote.created_at),
-            "counts": vote.round == request.edit_round,
+            # Whether it counts now: this round's, and not changed since by its author.
+            "counts": vote.round == request.edit_round and vote.superseded_at is None,
+            "superseded_at": utc(vote.superseded_at) if vote.superseded_at else None,
         }
         for vote in ApprovalVote.objects.select_related("user").filter(request=request)[:100]
     ]
@@ -246,13 +249,28 @@ def request_data(request: InputRequest) -> dict[str, Any]:
     }
 
 
-def run_data(run: Run) -> dict[str, Any]:
-    """``RunSerializer(run).data`` without DRF's fields: the answer of every control call."""
+_COMPUTE: Any = object()
+
+
+def waiting_data(waiting: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A run's ``waiting`` (``runs.selectors.waiting_for_runs``) with its times in UTC."""
+    if waiting is None:
+        return None
+    return {**waiting, "since": utc(waiting["since"]), "until": utc(waiting["until"])}
+
+
+def run_data(run: Run, *, waiting: Any = _COMPUTE) -> dict[str, Any]:
+    """``RunSerializer(run).data`` without DRF's fields: the answer of every control call.
+    ``waiting``: the run's from ``waiting_for_runs`` when the caller read it for a page of
+    runs at once; else it is read here (no query unless the run is queued or waiting)."""
+    if waiting is _COMPUTE:
+        waiting = run_waiting(run)
     attempt = run.current_attempt if run.current_attempt_id is not None else None
     pending = run.pending_request if run.pending_request_id is not None else None
     return {
         "run_id": _text(run.id),
         "agent": _text(run.agent),
+        "agent_version": None if run.agent_version is None else int(run.agent_version),
         "status": _text(run.status),
         "failure_class": _text(run.failure_class),
         "failure_detail": _text(run.failure_detail),
@@ -270,11 +288,41 @@ def run_data(run: Run) -> dict[str, Any]:
         "created_at": utc(run.created_at),
         "updated_at": utc(run.updated_at),
         "finished_at": utc(run.finished_at),
+        "waiting": waiting_data(waiting),
     }
+
+
+class WaitingSerializer(serializers.Serializer):
+    reason = serializers.ChoiceField(
+        choices=["agent_paused", "backing_off", "no_worker", "ready"],
+        help_text="Why the run is not running yet; the first that applies: its agent is "
+        "paused, it backs off until `until`, no live worker serves its agent (`since` the "
+        "last one's contact, `by` its name), or it is due and waits for a free worker.",
+    )
+    agent = serializers.CharField()
+    since = serializers.CharField(allow_null=True)
+    until = serializers.CharField(allow_null=True)
+    by = serializers.CharField(allow_null=True, help_text="Who paused the agent; the last worker.")
+    detail = serializers.CharField(help_text="Why the agent was paused.")
+    workers = serializers.IntegerField(help_text="Live workers that serve the agent.")
+
+
+@extend_schema_field(WaitingSerializer(allow_null=True))
+class WaitingField(serializers.Field):
+    """Why a queued (or backing-off) run is not running; null in other states."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(source="*", read_only=True, **kwargs)
+
+    def to_representation(self, value: Run) -> dict[str, Any] | None:
+        return waiting_data(run_waiting(value))
 
 
 class RunSerializer(serializers.ModelSerializer):
     run_id = serializers.CharField(source="id")
+    waiting = WaitingField(
+        help_text="Why a queued (or backing-off) run is not running; null in other states."
+    )
     current_attempt = AttemptSerializer(allow_null=True)
     latest_checkpoint_id = serializers.CharField(allow_null=True)
     pending_request = InputRequestSerializer(allow_null=True)
@@ -291,6 +339,7 @@ class RunSerializer(serializers.ModelSerializer):
         fields = [
             "run_id",
             "agent",
+            "agent_version",
             "status",
             "failure_class",
             "failure_detail",
@@ -308,9 +357,13 @@ class RunSerializer(serializers.ModelSerializer):
             "created_at",
             "updated_at",
             "finished_at",
+            "waiting",
         ]
 
     def to_representation(self, instance: Run) -> dict[str, Any]:
+        waiting = self.context.get("waiting")
+        if waiting is not None and instance.id in waiting:
+            return run_data(instance, waiting=waiting[instance.id])
         return run_data(instance)
 
 

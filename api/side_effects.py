@@ -46,7 +46,10 @@ from ledger.selectors import (
     side_effects_for_run,
     side_effects_for_user,
 )
+from runs.errors import HoldpointError
+from runs.models import WorkerToken
 from runs.selectors import RETRY, VIEW, run_get_for_user
+from runs.tokens import serving_for
 
 TAGS = ["side effects"]
 
@@ -140,9 +143,26 @@ class ReportGroupSerializer(serializers.Serializer):
     rows = SideEffectSerializer(many=True)
 
 
+class NotAppliedSerializer(serializers.Serializer):
+    request_id = serializers.CharField(help_text="The approval people gave.")
+    action = serializers.CharField()
+    target = serializers.CharField()
+    approved_by = serializers.ListField(child=serializers.CharField())
+    approved_at = UtcDateTimeField(allow_null=True)
+    edited = serializers.JSONField(allow_null=True, help_text="Their edit, if any.")
+    reason = serializers.CharField(help_text="Why it was not applied.")
+    asked_again = serializers.CharField(
+        allow_null=True, help_text="The request that asked again instead; null: the run failed."
+    )
+    refused = serializers.BooleanField(help_text="The agent refused the approved edit.")
+
+
 class ReportSerializer(serializers.Serializer):
     run_id = serializers.CharField()
     total = serializers.IntegerField()
+    not_applied = NotAppliedSerializer(
+        many=True, help_text="Approvals people gave that did not happen, and why (issue 24)."
+    )
     needs_reconciliation = serializers.IntegerField()
     groups = ReportGroupSerializer(many=True)
 
@@ -431,6 +451,7 @@ class WorkerSideEffectOutcomeApi(WorkerApiView):
         InputSerializer,
         {200: SideEffectSerializer},
         "not_found",
+        "agent_not_yours",
         tags=["worker"],
         operation_id="worker_side_effects_outcome",
         key_required=False,
@@ -438,6 +459,17 @@ class WorkerSideEffectOutcomeApi(WorkerApiView):
     )
     def post(self, request: Request, operation_id: str) -> HttpResponse:
         def record(data: dict[str, Any]) -> Any:
+            # A fact from any worker that may serve the agent, late or not; never from a
+            # token that may not (another token's agent, outside its scope).
+            agent = (
+                SideEffect.objects.filter(pk=operation_id)
+                .values_list("run__agent", flat=True)
+                .first()
+            )
+            assert isinstance(request.auth, WorkerToken)
+            why = serving_for(request.auth).why_not(agent) if agent is not None else None
+            if why:
+                raise HoldpointError("agent_not_yours", why, operation_id=operation_id)
             effect = services.side_effect_record_outcome(
                 operation_id=operation_id,
                 status=data["status"],

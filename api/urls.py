@@ -7,7 +7,7 @@ from django.urls import URLPattern, URLResolver, path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.permissions import AllowAny
 
-from api import control, pause, reads, side_effects, worker, worker_protocol
+from api import control, pause, reads, side_effects, worker, worker_protocol, workers
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path(
@@ -33,9 +33,16 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("runs/<str:run_id>/retry", control.RunRetryApi.as_view(), name="api-run-retry"),
     path("runs/<str:run_id>/pause", pause.RunPauseApi.as_view(), name="api-run-pause"),
     path("input-requests", reads.InputRequestListApi.as_view(), name="api-input-requests"),
+    path("workers", workers.WorkerListApi.as_view(), name="api-workers"),
     # The worker API: worker tokens only.
     # The claim of api/worker.py, with the long poll and the answers (api/worker_protocol.py).
     path("worker/claim", worker_protocol.WorkerClaimWaitApi.as_view(), name="api-worker-claim"),
+    # One renewal for all the attempts a worker process holds (api/worker_protocol.py).
+    path(
+        "worker/heartbeat",
+        worker_protocol.WorkerHeartbeatsApi.as_view(),
+        name="api-worker-heartbeats",
+    ),
     path(
         "worker/attempts/<str:attempt_id>/heartbeat",
         worker.WorkerHeartbeatApi.as_view(),

@@ -33,7 +33,6 @@ instead of a ``stale_worker`` for its own earlier success.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from django.http import HttpResponse
@@ -45,6 +44,7 @@ from api.authentication import AnonymousRateAuthentication, IsWorker, WorkerToke
 from api.base import command_schema
 from api.idempotency import IdempotentMixin
 from api.serializers import CheckpointSerializer, InputRequestSerializer, utc
+from api.worker_identity import identity_from_headers, record_identity
 from runs import services
 from runs.models import Run, WorkerToken
 from runs.states import RequestKind, RunStatus
@@ -55,6 +55,7 @@ WORKER_AUTH_CODES = (
     "permission_denied",
     "throttled",
     "malformed_request",
+    "overloaded",
 )
 FENCE_CODES = ("stale_after_cancel", "stale_worker", "not_your_lease", "not_found")
 KEY_CODES = ("idempotency_key_malformed", "idempotency_key_reused", "idempotency_in_progress")
@@ -92,6 +93,15 @@ class WorkerApiView(IdempotentMixin, APIView):
     authentication_classes = [WorkerTokenAuthentication, AnonymousRateAuthentication]
     permission_classes = [IsWorker]
     idempotency_required = False
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        """After the token, permission and throttle: the worker's identity headers, on
+        every call, are its presence (``api/worker_identity.py``)."""
+        super().initial(request, *args, **kwargs)
+        identity = identity_from_headers(request)
+        request.worker_identity = identity  # type: ignore[attr-defined]
+        if identity is not None:
+            record_identity(identity, request)
 
 
 # --- Representations --------------------------------------------------------------------------
@@ -164,8 +174,30 @@ class RunStateSerializer(serializers.Serializer):
     pause_requested = serializers.BooleanField()
 
 
+# The lease's members the protocol answers (LeaseSerializer), named one by one: a field
+# the service's Lease gains for the server's own use (run_cost, a Decimal) never leaks
+# into the answer by accident (tests/api/test_worker_heartbeats.py).
+LEASE_FIELDS = (
+    "attempt_id",
+    "run_id",
+    "agent",
+    "number",
+    "reason",
+    "worker_id",
+    "lease_epoch",
+    "cancel_epoch",
+    "lease_seconds",
+    "lease_expires_at",
+    "input",
+    "approvals",
+    "pause_before",
+    "resume_from",
+    "resume_request",
+)
+
+
 def lease_data(lease: services.Lease) -> dict[str, Any]:
-    data = dataclasses.asdict(lease)
+    data = {name: getattr(lease, name) for name in LEASE_FIELDS}
     data["lease_expires_at"] = utc(lease.lease_expires_at)
     data["heartbeat_seconds"] = round(lease.lease_seconds / 3, 3)
     return data

@@ -16,18 +16,24 @@ optional Idempotency-Key as the rest of the worker API (``api/worker.py``).
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
+from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
+from django.conf import settings
 from django.db import connection
 from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import serializers
+from rest_framework import exceptions, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api.base import BODY_CODES, idempotency_key_parameter, problems, validated
 from api.hangup import client_gone
+from api.problems import error_body
 from api.serializers import utc
 from api.worker import (
     FENCE_CODES,
@@ -38,10 +44,15 @@ from api.worker import (
     lease_data,
     token_id,
 )
+from api.worker_identity import identity_from_claim, record_identity
 from ledger.models import Reversibility
 from runs import services
-from runs.models import Run, WorkerToken
-from runs.selectors import answers_on_checkpoint
+from runs.db import db_now
+from runs.errors import HoldpointError
+from runs.models import Attempt, Run, WorkerToken
+from runs.ratelimit import client_address
+from runs.selectors import answers_for_lease
+from runs.tokens import serving_for
 from runs.wakeups import waiter
 
 # The longest a claim may wait; proxies in front of the API must allow a little more.
@@ -51,11 +62,56 @@ POLL_SECONDS = 1.0
 
 
 def token_name(request: Request) -> str:
+    return worker_token(request).name
+
+
+def worker_token(request: Request) -> WorkerToken:
     assert isinstance(request.auth, WorkerToken)
-    return request.auth.name
+    return request.auth
 
 
 # --- The long-polling claim ------------------------------------------------------------------
+
+
+class _Waiting:
+    """How many long-polling claims wait in this process, per token and per address. A
+    claim that would go past ``HOLDPOINT_WAITING_CLAIMS_PER_TOKEN`` or ``…_PER_ADDRESS`` is
+    answered 429 at once instead: each waiting claim holds a thread and a claim query a
+    second, and one token (or one host) must not take them all from everyone else."""
+
+    RETRY_AFTER = 2
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+
+    @contextlib.contextmanager
+    def slot(self, token: str, address: str) -> Iterator[None]:
+        caps = (
+            (f"token:{token}", int(settings.HOLDPOINT_WAITING_CLAIMS_PER_TOKEN), "worker token"),
+            (f"address:{address}", int(settings.HOLDPOINT_WAITING_CLAIMS_PER_ADDRESS), "address"),
+        )
+        with self._lock:
+            for key, cap, what in caps:
+                if cap and self._counts[key] >= cap:
+                    raise exceptions.Throttled(
+                        wait=self.RETRY_AFTER,
+                        detail=f"Too many claims of this {what} are waiting already ({cap}); "
+                        f"claim again in {self.RETRY_AFTER} seconds.",
+                    )
+            for key, _cap, _what in caps:
+                self._counts[key] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                for key, _cap, _what in caps:
+                    self._counts[key] -= 1
+                    if self._counts[key] <= 0:
+                        del self._counts[key]
+
+
+waiting_claims = _Waiting()
 
 
 class AnswerSerializer(serializers.Serializer):
@@ -82,35 +138,10 @@ class FullLeaseSerializer(LeaseSerializer):
 
 def full_lease(lease: services.Lease) -> dict[str, Any]:
     data = lease_data(lease)
-    row = Run.objects.filter(pk=lease.run_id).values_list("cost", "agent_version").first()
-    data["run_cost"] = str(row[0] if row and row[0] else 0)
-    data["agent_version"] = row[1] if row else None
-    data["answers"] = (
-        answers_on_checkpoint(
-            run_id=lease.run_id,
-            checkpoint_id=lease.resume_from["checkpoint_id"],
-            number=lease.number,
-        )
-        if lease.resume_from
-        else []
-    )
-    resumed = lease.resume_request
-    if (
-        resumed
-        and resumed.get("step_id")
-        and not any(a["request_id"] == resumed["request_id"] for a in data["answers"])
-    ):
-        data["answers"].append(
-            {
-                "request_id": resumed["request_id"],
-                "kind": resumed["kind"],
-                "step_id": resumed["step_id"],
-                "answer": resumed.get("answer"),
-                "answered_by": resumed.get("answered_by"),
-                "context": {},
-                "action": resumed.get("action") or {},
-            }
-        )
+    # Both read off the row the claim locked (runs.services.Lease): no query again.
+    data["run_cost"] = str(lease.run_cost or 0)
+    data["agent_version"] = lease.agent_version
+    data["answers"] = answers_for_lease(lease)
     return data
 
 
@@ -145,36 +176,77 @@ class WorkerClaimWaitApi(WorkerApiView):
         responses={
             200: FullLeaseSerializer,
             204: OpenApiResponse(description="No attempt came due within `wait`; claim again."),
-            **problems(*WORKER_AUTH_CODES, *BODY_CODES, *KEY_CODES),
+            **problems(*WORKER_AUTH_CODES, *BODY_CODES, *KEY_CODES, "agent_not_yours"),
+            # (throttled, 429, is among WORKER_AUTH_CODES: too many claims of the token or
+            # address wait already)
         },
     )
     def post(self, request: Request) -> HttpResponse:
         self.idempotency_key(request)
         data = validated(self.InputSerializer, request.data)
+        if getattr(request, "worker_identity", None) is None:
+            # No identity headers: the claim's worker_id names the worker.
+            with contextlib.suppress(HoldpointError):
+                record_identity(identity_from_claim(request, data))
         deadline = time.monotonic() + float(data.get("wait") or 0)
+        # What this token may serve, read once for the whole wait: a worker that asks for
+        # an agent outside it is told so, not left waiting for work it will never get.
+        serving = serving_for(worker_token(request))
+        refused = [(a, serving.why_not(a)) for a in data.get("agents") or []]
+        refused = [(a, why) for a, why in refused if why]
+        if refused:
+            raise HoldpointError(
+                "agent_not_yours",
+                " ".join(why for _a, why in refused if why),
+                agents=[a for a, _why in refused],
+            )
+
+        asked = frozenset(data.get("agents") or ())
+
+        def accepts(agent: str) -> bool:
+            """Whether this claim may take an attempt of ``agent`` (which claim a notice wakes)."""
+            return (not asked or agent in asked) and serving.why_not(agent) is None
 
         def claim() -> Response:
-            while True:
-                if client_gone(request):
-                    # Hung up while waiting (a worker stopping): lease nothing to nobody.
-                    return Response(status=204)
-                seen = waiter.generation
-                lease = services.attempt_claim(
-                    worker_token_id=token_id(request),
-                    worker_id=data["worker_id"],
-                    agents=data.get("agents") or None,
-                    lease_seconds=data.get("lease_seconds"),
-                )
-                if lease is not None:
-                    return Response(full_lease(lease))
-                left = deadline - time.monotonic()
-                if left <= 0 or waiter.shutting_down.is_set():
-                    return Response(status=204)
-                # Give the database connection back while waiting: a pool of a few
-                # connections (DATABASE_POOL_SIZE) must not be held by idle long polls.
-                if not connection.in_atomic_block:
-                    connection.close()
-                waiter.wait(seen, min(left, POLL_SECONDS))
+            if float(data.get("wait") or 0) <= 0:
+                return Response(status=204) if client_gone(request) else look()
+            with (
+                waiting_claims.slot(token_name(request), client_address(request)),
+                waiter.waiting(accepts) as ticket,
+            ):
+                while True:
+                    if client_gone(request):
+                        # Hung up while waiting (a worker stopping): lease nothing to nobody.
+                        return Response(status=204)
+                    waiter.looking(ticket)
+                    answer = look()
+                    if answer.status_code == 200:
+                        break
+                    left = deadline - time.monotonic()
+                    if left <= 0 or waiter.shutting_down.is_set():
+                        return Response(status=204)
+                    # Give the database connection back while waiting: a pool of a few
+                    # connections (DATABASE_POOL_SIZE) must not be held by idle long polls.
+                    if not connection.in_atomic_block:
+                        connection.close()
+                    waiter.wait_ticket(ticket, min(left, POLL_SECONDS))
+            # One notice may stand for several due attempts: the next waiting claim of the
+            # agent looks too (runs/wakeups.py). Woken after this claim's ticket is gone, so
+            # the wake-up goes to another claim, not back to this one.
+            waiter.wake_one(answer.data["agent"])
+            return answer
+
+        def look() -> Response:
+            lease = services.attempt_claim(
+                worker_token_id=token_id(request),
+                worker_id=data["worker_id"],
+                agents=data.get("agents") or None,
+                lease_seconds=data.get("lease_seconds"),
+                serving=serving,
+            )
+            if lease is None:
+                return Response(status=204)
+            return Response(full_lease(lease))
 
         return self.idempotent(request, claim)
 
@@ -293,6 +365,11 @@ class WorkerCostApi(WorkerApiView):
 
 class WatchSerializer(serializers.Serializer):
     lease_expires_at = serializers.CharField()
+    lease_seconds_left = serializers.FloatField(
+        help_text="Seconds the lease has left when the answer is sent, on the server's clock. "
+        "A client counts them from when the answer arrives, on its own monotonic clock, "
+        "and never compares lease_expires_at with its own wall clock."
+    )
     cancel_requested = serializers.BooleanField()
     pause_requested = serializers.BooleanField()
 
@@ -352,13 +429,163 @@ class WorkerWatchApi(WorkerApiView):
                 connection.close()  # no database connection held while waiting
             waiter.wait_signal(keys, seen, data["wait"])
             heartbeat = beat()
+        # The lease's own clock (the database's, runs/db.py) says what is left of it: a
+        # worker's clock may be seconds off, and the watch was held for a while, so neither
+        # the expiry nor the time the request was sent can date the renewal for the worker.
+        left = (heartbeat.lease_expires_at - db_now()).total_seconds()
         return Response(
             {
                 "lease_expires_at": utc(heartbeat.lease_expires_at),
+                "lease_seconds_left": round(max(0.0, left), 3),
                 "cancel_requested": heartbeat.cancel_requested,
                 "pause_requested": heartbeat.pause_requested,
             }
         )
+
+
+# --- One renewal for all of a worker's attempts ------------------------------------------------
+
+
+class BeatInputSerializer(serializers.Serializer):
+    attempt_id = serializers.CharField(max_length=40)
+    lease_epoch = serializers.IntegerField(min_value=0)
+    cost = serializers.DecimalField(
+        max_digits=18, decimal_places=6, min_value=0, required=False, allow_null=True
+    )
+
+
+class BeatSerializer(serializers.Serializer):
+    attempt_id = serializers.CharField()
+    ok = serializers.BooleanField(help_text="Renewed; false: see ``problem``.")
+    lease_expires_at = serializers.CharField(required=False)
+    lease_seconds_left = serializers.FloatField(required=False)
+    cancel_requested = serializers.BooleanField(required=False)
+    pause_requested = serializers.BooleanField(required=False)
+    problem = serializers.JSONField(
+        required=False,
+        help_text="Why this attempt was not renewed, as problem+json would say it "
+        "(stale_worker, not_your_lease, not_found: let the attempt go).",
+    )
+
+
+class BeatsSerializer(serializers.Serializer):
+    attempts = BeatSerializer(many=True, help_text="One answer per attempt, in the order asked.")
+
+
+class WorkerHeartbeatsApi(WorkerApiView):
+    """Renew the leases of several attempts at once: one call per worker process and
+    interval, however many attempts it runs (``--concurrency``). Each attempt is fenced on
+    its own, as ``…/heartbeat`` fences it, and answered in its place: a refused one (a
+    stale ``lease_epoch``, another token's attempt) gets its ``problem`` and changes
+    nothing; the others are renewed. With ``wait``, the answer is held like a watch's until
+    an attempt that was quiet is cancelled or paused, or ``wait`` is over (then renewed
+    again). Not keyed: a renewal repeated renews again (an ``Idempotency-Key`` is ignored,
+    as the watch ignores it)."""
+
+    class InputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "WorkerHeartbeatsInput"
+
+        attempts = serializers.ListField(
+            child=BeatInputSerializer(),
+            min_length=1,
+            max_length=services.MAX_HEARTBEAT_BATCH,
+            help_text=f"At most {services.MAX_HEARTBEAT_BATCH}, each attempt once.",
+        )
+        lease_seconds = serializers.FloatField(min_value=0.1, max_value=3600, required=False)
+        wait = serializers.FloatField(min_value=0, max_value=MAX_WATCH_SECONDS, default=0)
+
+    @extend_schema(
+        tags=["worker"],
+        operation_id="worker_heartbeat",
+        request=InputSerializer,
+        responses={200: BeatsSerializer, **problems(*WORKER_AUTH_CODES, *BODY_CODES)},
+    )
+    def post(self, request: Request) -> HttpResponse:
+        raw = request.data.get("attempts") if isinstance(request.data, dict) else None
+        if isinstance(raw, list) and len(raw) > services.MAX_HEARTBEAT_BATCH:
+            # Before the entries are validated one by one: a long list costs nothing.
+            raise HoldpointError(
+                "invalid_input",
+                f"A batch renews at most {services.MAX_HEARTBEAT_BATCH} attempts; "
+                "send the rest in another.",
+                errors=[
+                    {
+                        "pointer": "/attempts",
+                        "message": f"At most {services.MAX_HEARTBEAT_BATCH} entries.",
+                    }
+                ],
+            )
+        data = validated(self.InputSerializer, request.data)
+        beats = [
+            (
+                str(b["attempt_id"]),
+                int(b["lease_epoch"]),
+                None if b.get("cost") is None else str(b["cost"]),
+            )
+            for b in data["attempts"]
+        ]
+        ids = [attempt_id for attempt_id, _epoch, _cost in beats]
+        if len(set(ids)) != len(ids):
+            raise HoldpointError(
+                "invalid_input",
+                "Each attempt may be named once in a batch.",
+                errors=[{"pointer": "/attempts", "message": "An attempt_id is repeated."}],
+            )
+
+        def renew() -> list[services.Heartbeat | HoldpointError]:
+            return services.attempts_heartbeat(
+                beats=beats,
+                lease_seconds=data.get("lease_seconds"),
+                worker_token_id=token_id(request),
+            )
+
+        wait = float(data["wait"])
+        keys: dict[str, tuple[str, ...]] = {}
+        seen: dict[str, int] = {}
+        if wait > 0:
+            # Count each attempt's signals before the renewal reads the runs: one that comes
+            # in between is not lost (the wait returns at once).
+            for attempt_id, run_id in Attempt.objects.filter(pk__in=ids).values_list(
+                "pk", "run_id"
+            ):
+                keys[attempt_id] = (attempt_id, run_id)
+                seen[attempt_id] = waiter.signals(keys[attempt_id])
+        answers = renew()
+        # Held for the attempts that were quiet (renewed, neither cancelled nor paused): a
+        # signal the worker already heard, or a refusal, must not answer every call at once.
+        quiet = [
+            i
+            for i, a in zip(ids, answers, strict=True)
+            if isinstance(a, services.Heartbeat)
+            and not (a.cancel_requested or a.pause_requested)
+            and i in keys
+        ]
+        if wait > 0 and quiet:
+            if not connection.in_atomic_block:
+                connection.close()  # no database connection held while waiting
+            waiter.wait_signal(
+                tuple(k for i in quiet for k in keys[i]), sum(seen[i] for i in quiet), wait
+            )
+            answers = renew()
+        return Response({"attempts": [_beat(i, a) for i, a in zip(ids, answers, strict=True)]})
+
+
+def _beat(attempt_id: str, answer: services.Heartbeat | HoldpointError) -> dict[str, Any]:
+    if isinstance(answer, HoldpointError):
+        return {"attempt_id": attempt_id, "ok": False, "problem": error_body(answer)}
+    # On the database's clock, as the renewal read it (runs/db.py): the renewal is the
+    # last thing before the answer, so no statement is spent asking the clock again.
+    assert answer.renewed_at is not None
+    left = (answer.lease_expires_at - answer.renewed_at).total_seconds()
+    return {
+        "attempt_id": attempt_id,
+        "ok": True,
+        "lease_expires_at": utc(answer.lease_expires_at),
+        "lease_seconds_left": round(max(0.0, left), 3),
+        "cancel_requested": answer.cancel_requested,
+        "pause_requested": answer.pause_requested,
+    }
 
 
 # --- Declaring an agent ------------------------------------------------------------------------
@@ -442,7 +669,9 @@ class AgentDeclareApi(WorkerApiView):
         responses={
             200: AgentDeclarationSerializer,
             201: AgentDeclarationSerializer,
-            **problems(*WORKER_AUTH_CODES, *BODY_CODES, *KEY_CODES, "invalid_state"),
+            **problems(
+                *WORKER_AUTH_CODES, *BODY_CODES, *KEY_CODES, "invalid_state", "agent_not_yours"
+            ),
         },
     )
     def put(self, request: Request, name: str) -> HttpResponse:
@@ -453,6 +682,7 @@ class AgentDeclareApi(WorkerApiView):
             declared = services.agent_declare(
                 name=name,
                 actor=f"worker:{token_name(request)}",
+                serving=serving_for(worker_token(request)),
                 input_schema=data.get("input_schema"),
                 retry_policy=data.get("retry_policy"),
                 label=data.get("label", ""),

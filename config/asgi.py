@@ -7,7 +7,8 @@ user's permissions itself, at connect and at every render (``live.consumers``).
 
 An HTTP body over ``HOLDPOINT_MAX_BODY_BYTES`` is refused before it is read
 (``config.body_limit``). A long poll whose client hung up stops waiting and claims
-nothing (``api.hangup``).
+nothing (``api.hangup``). Past what the process can serve a request is answered 503
+``overloaded`` with Retry-After before it takes a thread (``api.admission``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ django_asgi_app = PooledASGIHandler()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from api.admission import AdmissionMiddleware  # noqa: E402
 from api.hangup import HangupMiddleware  # noqa: E402
 from config.body_limit import BodyLimitMiddleware, install_daphne_guard  # noqa: E402
 from config.websocket_origin import SameOriginValidator  # noqa: E402
@@ -40,7 +42,8 @@ install_daphne_guard()
 
 application = ProtocolTypeRouter(
     {
-        "http": BodyLimitMiddleware(HangupMiddleware(django_asgi_app)),
+        # Past what this process can serve: 503 `overloaded` at once (api/admission.py).
+        "http": BodyLimitMiddleware(AdmissionMiddleware(HangupMiddleware(django_asgi_app))),
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

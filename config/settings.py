@@ -8,6 +8,7 @@ only reaches browsers connected to the same process.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +133,16 @@ if DATABASE_URL:
             pool_timeout=env_float("DATABASE_POOL_TIMEOUT", 10.0, minimum=0.1),
         )
     }
+    # DATABASE_URL through PgBouncer in transaction pooling (docs/operations.md, "More than
+    # one machine"): a server connection is ours for one transaction only, so no
+    # server-side cursors (a named cursor outlives its transaction in ``.iterator()``) and
+    # no prepared statements (Django binds on the client already; psycopg must not
+    # prepare either). The code keeps no other session state: no SET (Django's SET TIME
+    # ZONE is replayed by PgBouncer, which tracks TimeZone), no session advisory locks,
+    # no LISTEN on this connection (DATABASE_LISTEN_URL below).
+    if env_bool("DATABASE_PGBOUNCER", False):
+        DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+        DATABASES["default"]["OPTIONS"]["prepare_threshold"] = None  # type: ignore[index]
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
@@ -145,6 +156,12 @@ else:
             "TEST": {"NAME": str(VAR_DIR / "test-holdpoint.sqlite3")},
         }
     }
+# Where LISTEN connects (runs/wakeups.py): PostgreSQL itself, when DATABASE_URL goes
+# through PgBouncer in transaction pooling, which does not pass NOTIFY to a listener
+# (a LISTEN lasts as long as the session, and the session is not ours). Empty: LISTEN on
+# DATABASE_URL's database, as one machine runs it.
+DATABASE_LISTEN_URL = env_str("DATABASE_LISTEN_URL")
+DATABASE_LISTEN = parse_database_url(DATABASE_LISTEN_URL) if DATABASE_LISTEN_URL else None
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Channel layer --------------------------------------------------------------------------
@@ -296,9 +313,22 @@ REST_FRAMEWORK = {
 # and token guessing and are far above what people, `make run`, the benchmarks and the chaos
 # harness send (many workers share one token and heartbeat: docs/security.md).
 HOLDPOINT_THROTTLE_WORKER = env_rate("HOLDPOINT_THROTTLE_WORKER", "60000/min")
+# How long a web process trusts a worker token it looked up (one query per call saved):
+# a token revoked in another process is refused there within this many seconds; the
+# process that revokes forgets at once (runs/tokens.py). 0: look up every call.
+HOLDPOINT_WORKER_TOKEN_CACHE_SECONDS = env_float(
+    "HOLDPOINT_WORKER_TOKEN_CACHE_SECONDS", 5.0, minimum=0
+)
 HOLDPOINT_THROTTLE_USER = env_rate("HOLDPOINT_THROTTLE_USER", "12000/min")
 HOLDPOINT_THROTTLE_ANON = env_rate("HOLDPOINT_THROTTLE_ANON", "600/min")
 HOLDPOINT_THROTTLE_AUTH_FAILURES = env_rate("HOLDPOINT_THROTTLE_AUTH_FAILURES", "30/min")
+# Long-polling claims waiting at once in one web process, per worker token and per client
+# address (0: no cap). Each holds a thread and claims again every second; past the cap a
+# claim is answered 429 with Retry-After at once (api/worker_protocol.py).
+HOLDPOINT_WAITING_CLAIMS_PER_TOKEN = env_int("HOLDPOINT_WAITING_CLAIMS_PER_TOKEN", 64, minimum=0)
+HOLDPOINT_WAITING_CLAIMS_PER_ADDRESS = env_int(
+    "HOLDPOINT_WAITING_CLAIMS_PER_ADDRESS", 128, minimum=0
+)
 SPECTACULAR_SETTINGS = {
     "TITLE": "Holdpoint API",
     "DESCRIPTION": "Control and worker API of Holdpoint.",
@@ -337,6 +367,14 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = HOLDPOINT_MAX_BODY_BYTES
 # The most threads one web process serves requests in at once (config/handler.py); each
 # waiting long poll (a remote worker's claim or watch) holds one.
 HOLDPOINT_WEB_THREADS = env_int("HOLDPOINT_WEB_THREADS", 1000, minimum=8)
+# Admission control per web process (api/admission.py): past this many requests being
+# served (long polls apart, in their own budget) a request is answered 503 `overloaded`
+# with Retry-After at once, before it takes a thread or a database connection. 0: no limit.
+HOLDPOINT_WEB_MAX_INFLIGHT = env_int("HOLDPOINT_WEB_MAX_INFLIGHT", 64, minimum=0)
+HOLDPOINT_WEB_MAX_LONG_POLLS = env_int("HOLDPOINT_WEB_MAX_LONG_POLLS", 512, minimum=0)
+# The Retry-After (seconds) of a 503 `overloaded`, from the limits above or a request that
+# waited DATABASE_POOL_TIMEOUT for a pooled database connection in vain.
+HOLDPOINT_OVERLOAD_RETRY_AFTER = env_int("HOLDPOINT_OVERLOAD_RETRY_AFTER", 1, minimum=1)
 HOLDPOINT_AGENT_MODULES = env_list("HOLDPOINT_AGENT_MODULES", ["runtime.demo_agents"])
 HOLDPOINT_CONFIG_STORE_DIR = Path(
     env_str("HOLDPOINT_CONFIG_STORE_DIR", str(VAR_DIR / "config-store"))
@@ -369,11 +407,17 @@ if HOLDPOINT_WEBHOOK_LOOKUP_URL and "{idempotency_key}" not in HOLDPOINT_WEBHOOK
         "e.g. https://hooks.example.com/deliveries/{idempotency_key}."
     )
 
-# Notifications (docs/notifications.md): the address links in messages start with; the
+# Notifications (docs/notifications.md): the address links in messages start with (unset:
+# the address `manage.py serve` serves, ledger/notifications.py `public_url`); the
 # webhook of each group (group=url, comma-separated; Slack-compatible JSON); the share of
 # a request's time left when its reminder goes (0: no reminders); the least time between
 # two messages to one person (later ones are folded into a digest).
-HOLDPOINT_PUBLIC_URL = env_str("HOLDPOINT_PUBLIC_URL", "http://localhost:8000").rstrip("/")
+HOLDPOINT_PUBLIC_URL = env_str("HOLDPOINT_PUBLIC_URL").strip().rstrip("/")
+if HOLDPOINT_PUBLIC_URL and not re.fullmatch(r"https?://[^/\s]+(/\S*)?", HOLDPOINT_PUBLIC_URL):
+    raise ImproperlyConfigured(
+        "HOLDPOINT_PUBLIC_URL must be the dashboard's address as people reach it, "
+        "e.g. https://holdpoint.example.com."
+    )
 HOLDPOINT_NOTIFY_WEBHOOKS = env_group_urls("HOLDPOINT_NOTIFY_WEBHOOKS")
 HOLDPOINT_NOTIFY_REMIND_SHARE = env_float("HOLDPOINT_NOTIFY_REMIND_SHARE", 0.25, minimum=0.0)
 if HOLDPOINT_NOTIFY_REMIND_SHARE >= 1:

@@ -8,12 +8,14 @@ services decide whether the action is still allowed.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
-from runs.models import Checkpoint
+from runs.models import Checkpoint, InputRequest
+from runs.states import RequestKind
 
 MAX_REASON = 2000
 
@@ -47,6 +49,48 @@ class ApprovalForm(forms.Form):
         if self.cleaned_data.get("comment"):
             value["comment"] = self.cleaned_data["comment"]
         return value
+
+
+@dataclass
+class Submission:
+    """What a person sent to answer one request, checked by the forms the card shows (and
+    only those: nothing of the card's presentation is built before the service decides)."""
+
+    valid: bool
+    value: Any
+
+
+def answer_submission(req: InputRequest, data: Any) -> Submission:
+    """The value a POST of the request's card carries: an approval's decision (with the
+    arguments as edited, when the approval offers them), or the answer to a question by
+    its schema's form; ``valid`` False when a form refuses it (the card, built then, shows
+    why)."""
+    from dashboard.schema_forms import SchemaForm
+    from runs.approvals import current_value, editable_of
+
+    if req.kind == RequestKind.AUTH_REQUIRED:
+        approval = ApprovalForm(data)
+        if not approval.is_valid():
+            return Submission(False, None)
+        value = approval.value()
+        editable = editable_of(req.action)
+        if value["decision"] == "approve" and editable is not None:
+            # The arguments as the form shows them: the service keeps them only when they
+            # differ from what is on the table (an unchanged form is a plain approval).
+            edit_form = SchemaForm(
+                editable.schema,
+                data,
+                prefix=f"{req.id}-edit",
+                initial=current_value(editable, req.edited),
+                allow_buttons=False,
+            )
+            if not edit_form.is_valid():
+                return Submission(False, None)
+            value["edited"] = edit_form.value
+        return Submission(True, value)
+    form = SchemaForm(req.accepted_schema, data, prefix=req.id)
+    valid = form.is_valid()
+    return Submission(valid, form.value if valid else None)
 
 
 MAX_PREAPPROVALS = 100

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ from django.utils.translation import gettext_lazy, pgettext
 from ledger.events import SideEffectEvent
 from runs.events import EventType
 from runs.models import InputRequest, Run, RunEvent
+from runs.selectors import WaitingReason
 from runs.states import FailureClass, RequestKind, RequestStatus, RunStatus
 
 # --- Times ---------------------------------------------------------------------------------
@@ -33,6 +35,12 @@ def zone_is_the_users() -> bool:
     ``tz`` cookie app.js sets). Without JavaScript there is none: times are in the server's
     zone, and then every time says which zone it is in."""
     return getattr(timezone._active, "value", None) is not None  # type: ignore[attr-defined]
+
+
+def actor_name(actor: str) -> str:
+    """Who did it, as a person reads it: ``user:olivia`` is ``olivia``; a system actor
+    (``worker``, ``sweeper``) stays as it is."""
+    return actor.split(":", 1)[1] if actor.startswith("user:") else actor
 
 
 def clock(value: dt.datetime | None, *, zone: bool = False) -> str:
@@ -104,6 +112,38 @@ def run_status_text(run: Run) -> str:
         why = FAILURE_WORDS.get(run.failure_class, run.failure_class)  # type: ignore[call-overload]
         return _("Failed (%(why)s)") % {"why": why}
     return str(RunStatus(run.status).label) if run.status in RunStatus.values else run.status
+
+
+def waiting_text(waiting: dict[str, Any] | None) -> SafeString:
+    """Why a queued run is not running, in words (``runs.selectors.waiting_for_runs``);
+    the names and the reason people and agents gave are escaped and isolated."""
+    if waiting is None:
+        return mark_safe("")
+    reason = waiting["reason"]
+    if reason == WaitingReason.AGENT_PAUSED:
+        who = isolate(waiting["by"] or _("someone"))
+        if waiting["detail"]:
+            text = _("Held: agent paused by %(who)s, %(reason)s")
+            return format_html(_fill(text), who=who, reason=isolate(waiting["detail"]))
+        return format_html(_fill(_("Held: agent paused by %(who)s")), who=who)
+    if reason == WaitingReason.BACKING_OFF:
+        return format_html(_fill(_("Backing off until %(time)s")), time=clock(waiting["until"]))
+    if reason == WaitingReason.NO_WORKER:
+        agent = isolate(waiting["agent"])
+        if waiting["since"] is None:
+            return format_html(_fill(_("No worker has served %(agent)s yet")), agent=agent)
+        return format_html(
+            _fill(_("No live worker serves %(agent)s since %(time)s (last: %(worker)s)")),
+            agent=agent,
+            time=clock(waiting["since"]),
+            worker=isolate(waiting["by"]),
+        )
+    return format_html("{}", _("Waiting for a free worker"))
+
+
+def _fill(translated: str) -> str:
+    """A translated ``%(name)s`` sentence as a ``format_html`` template ``{name}``."""
+    return re.sub(r"%\((\w+)\)s", r"{\1}", translated.replace("{", "{{").replace("}", "}}"))
 
 
 STATUS_TONE = {
@@ -222,15 +262,23 @@ def parse_time(value: Any) -> dt.datetime | None:
         return None
 
 
-def before_after_diff(before: Any, after: Any, name: str) -> list[DiffLine]:
-    """A unified diff of two JSON values as a person reads them (``now`` → ``after``)."""
-    return _before_after_diff(before, after, name)
+def before_after_diff(
+    before: Any, after: Any, name: str, *, labels: tuple[str, str] | None = None
+) -> list[DiffLine]:
+    """A unified diff of two JSON values as a person reads them (``now`` → ``after``, or
+    the two ``labels``: "planned" → "edited")."""
+    return _before_after_diff(before, after, name, labels=labels)
 
 
-def _before_after_diff(before: Any, after: Any, name: str) -> list[DiffLine]:
+def _before_after_diff(
+    before: Any, after: Any, name: str, *, labels: tuple[str, str] | None = None
+) -> list[DiffLine]:
     old = as_text(before).splitlines() if before is not None else []
     new = as_text(after).splitlines() if after is not None else []
-    diff = difflib.unified_diff(old, new, f"{name} (now)", f"{name} (after)", lineterm="", n=3)
+    first, second = labels or ("now", "after")
+    diff = difflib.unified_diff(
+        old, new, f"{name} ({first})", f"{name} ({second})", lineterm="", n=3
+    )
     return _diff_lines("\n".join(diff))
 
 
@@ -326,6 +374,57 @@ def describe_action(action: Any) -> ActionView:
         change_text=change_text,
         arguments=arguments,
     )
+
+
+def with_edit(action: Any, planned: Any, edited: Any) -> dict[str, Any] | None:
+    """``action`` as an approved edit makes it: each argument the edit changed from the
+    ``planned`` ones put in place, in the planned change's ``to`` (``{"ttl": {"from":
+    7200, "to": 3600}}`` becomes ``… "to": 1800``) and in the arguments. So the card shows
+    one change, the one that will happen. None when the change does not name each changed
+    argument field by field (then the card shows the plan against the edit instead)."""
+    if not isinstance(action, dict) or not isinstance(edited, dict) or not edited:
+        return None
+    plan = planned if isinstance(planned, dict) else {}
+    changed = {k: v for k, v in edited.items() if k not in plan or plan[k] != v}
+    out = dict(action)
+    key = next((k for k in _CHANGE_KEYS if isinstance(action.get(k), dict)), None)
+    if key is None or not changed:
+        return None
+    change = dict(action[key])
+    for name, value in changed.items():
+        pair = change.get(name)
+        names = next(
+            (p for p in _PAIRS if isinstance(pair, dict) and set(pair) == set(p)),
+            None,
+        )
+        if names is None:
+            return None
+        change[name] = {names[0]: pair[names[0]], names[1]: value}  # type: ignore[index]
+    out[key] = change
+    for args_key in _ARGUMENT_KEYS:
+        args = action.get(args_key)
+        if isinstance(args, dict):
+            out[args_key] = {**args, **{k: v for k, v in changed.items() if k in args}}
+    return out
+
+
+def edit_summary(planned: Any, edited: Any) -> str:
+    """What an edit changed, in one line: ``ttl: 3600 → 1800; note: rotate → —``."""
+    if isinstance(planned, dict) and isinstance(edited, dict):
+        names = [k for k in {**planned, **edited} if planned.get(k) != edited.get(k)]
+        return "; ".join(
+            f"{k}: {_argument_text(planned.get(k))} → {_argument_text(edited.get(k))}"
+            for k in names
+        )
+    return f"{_argument_text(planned)} → {_argument_text(edited)}"
+
+
+def _argument_text(value: Any) -> str:
+    if value is None or value == "":
+        return "—"
+    if isinstance(value, list) and all(not isinstance(v, dict | list) for v in value):
+        return ", ".join(str(v) for v in value) or "—"
+    return _compact(value)
 
 
 # --- Requests -------------------------------------------------------------------------------
@@ -495,6 +594,7 @@ TIMELINE_FILTERS = {
             EventType.REQUEST_ANSWERED,
             EventType.APPROVAL_GIVEN,
             EventType.APPROVAL_OBJECTED,
+            EventType.APPROVAL_CHANGED,
             EventType.REQUEST_CLOSED,
             EventType.RUN_RESUMED,
             EventType.RUN_CANCEL_REQUESTED,
@@ -628,6 +728,26 @@ def _agent_log(p: dict[str, Any]) -> str:
     return f"{step}: {message}" if step else message
 
 
+_DECISION_WORDS = {
+    "approve": gettext_lazy("approved"),
+    "deny": gettext_lazy("denied"),
+    "respond": gettext_lazy("sent back"),
+}
+
+
+def _approval_changed(p: dict[str, Any]) -> str:
+    before = _DECISION_WORDS.get(str(p.get("from")), str(p.get("from", "")))
+    after = _DECISION_WORDS.get(str(p.get("to")), str(p.get("to", "")))
+    text = _("%(who)s changed their decision: %(before)s, now %(after)s.") % {
+        "who": p.get("by") or "—",
+        "before": before,
+        "after": after,
+    }
+    if p.get("comment"):
+        text += " " + _("Comment: %(comment)s") % {"comment": p["comment"]}
+    return text
+
+
 E = EventType
 # The timeline's sentence for each event of the run store, from its payload. The ledger's
 # events name themselves (ledger/events.py); an unknown type reads as itself.
@@ -648,6 +768,7 @@ SENTENCES: dict[str, Callable[[dict[str, Any]], str]] = {
         _("%(who)s objected (the request stays open): %(comment)s")
         % {"who": p.get("by") or "—", "comment": p.get("comment", "")}
     ),
+    E.APPROVAL_CHANGED: _approval_changed,
     E.REQUEST_CLOSED: _closed,
     E.RUN_RESUMED: lambda p: _("Resumed in a new attempt."),
     E.RUN_CANCEL_REQUESTED: lambda p: (

@@ -505,8 +505,40 @@ class SchemaForm:
         target = self._field_for(pointer)
         if target is None or (target is self.root and target.is_fieldset):
             self.errors.append(message)
-        elif message not in target.errors:
+            return
+        message = self._naming_the_item(target, pointer, message)
+        if message not in target.errors:
             target.errors.append(message)
+
+    def _naming_the_item(self, target: SchemaField, pointer: str, message: str) -> str:
+        """An error about one value of a list names that value (“v9”: Choose one of the
+        options.): the field shows several, and the person must see which one is refused."""
+        if target.widget not in ("list", "checkboxes") or not pointer.startswith(
+            target.pointer + "/"
+        ):
+            return message
+        index = pointer[len(target.pointer) + 1 :].split("/", 1)[0]
+        items = self._value_at(target.pointer)
+        if not index.isdigit() or not isinstance(items, list) or int(index) >= len(items):
+            return message
+        item = _label_of_value(items[int(index)])
+        return _("“%(item)s”: %(message)s") % {
+            "item": item if len(item) <= 60 else item[:59] + "…",
+            "message": message,
+        }
+
+    def _value_at(self, pointer: str) -> Any:
+        """The parsed value at ``pointer`` (MISSING when there is none)."""
+        value = self.value
+        for part in pointer.split("/")[1:] if pointer else []:
+            key = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(value, dict) and key in value:
+                value = value[key]
+            elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
+                value = value[int(key)]
+            else:
+                return MISSING
+        return value
 
     def add_errors(self, errors: list[dict[str, str]]) -> None:
         """Errors as the services give them: ``{pointer, message}``."""

@@ -11,7 +11,9 @@ from django.views.i18n import JavaScriptCatalog
 from dashboard import views
 from dashboard.views import side_effects
 from dashboard.views.login import login
+from dashboard.views.notice import inbox_newest
 from dashboard.views.profile import profile
+from dashboard.views.workers import worker_list
 
 # app.js's words (djangojs catalog of locale/). A script file, not inline (CSP); the page
 # names its language in the URL, so a cached catalog never answers for another language.
@@ -38,6 +40,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("jsi18n/", javascript_catalog, name="javascript-catalog"),
     path("", views.inbox, name="inbox"),
     path("inbox/count", views.inbox_count, name="inbox-count"),
+    path("inbox/newest", inbox_newest, name="inbox-newest"),
     path("inbox/paused", views.inbox_paused, name="inbox-paused"),
     path("agents/", views.agent_list, name="agent-list"),
     path("agents/<str:name>/confirm-pause", views.agent_pause_confirm, name="agent-pause-confirm"),
@@ -45,6 +48,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path(
         "agents/<str:name>/unpause", views.agent_gate, {"action": "unpause"}, name="agent-unpause"
     ),
+    path("workers/", worker_list, name="worker-list"),
     path("runs/", views.run_list, name="run-list"),
     path("runs/new", views.run_start, name="run-start"),
     path("runs/<str:run_id>/", views.run_detail, name="run-detail"),

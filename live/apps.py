@@ -11,5 +11,6 @@ class LiveConfig(AppConfig):
         from live import broadcast
 
         # One push per committed transaction that changed runs: the run store knows
-        # nothing of the sockets, it only saves events (a post_save signal).
+        # nothing of the sockets, it hands each commit's events to its publishers
+        # (runs.events.on_commit_publish).
         broadcast.connect_signals()

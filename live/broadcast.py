@@ -1,23 +1,23 @@
 """Pushes to the live dashboard: one channel-layer message per committed transaction.
 
 Every change of a run appends a ``RunEvent`` inside the transaction that makes it
-(``runs.events.append_event``; the ledger's side-effect events too). A receiver of
-that row's ``post_save`` notes the run in a set that belongs to the transaction and,
-the first time, schedules one ``transaction.on_commit(..., robust=True)`` that sends
-the whole set. So one service call that appends five events sends one message, a
-rolled-back transaction (or savepoint) sends nothing, and a push that fails never
-breaks a commit that already happened.
-
-``runs.events.on_run_changed`` cannot do this: its listeners run after the commit,
-once per event, when the transaction's set can no longer be collected.
+(``runs.events.append_event``; the ledger's side-effect events too), and the run store
+publishes each committed transaction's events once (``runs.events.on_commit_publish``):
+this module's publisher sends them as one message. So one service call that appends five
+events sends one message, a rolled-back transaction sends nothing, and a push that fails
+never breaks a commit that already happened.
 
 Messages carry ids only and survive a JSON round trip::
 
-    {"type": "runs.changed", "run_ids": ["run_…", …], "request_run_ids": [...], "push_id": "…"}
+    {"type": "runs.changed", "run_ids": ["run_…", …], "request_run_ids": [...],
+     "worker_ids": ["12", …], "agents": ["deploy", …], "push_id": "…"}
 
 ``request_run_ids`` are the runs whose questions changed (asked, answered, closed,
-expired: an ``InputRequest`` was saved, or an event about one was appended), so the
+expired: an event about one was appended, ``runs.events.REQUEST_EVENTS``), so the
 inbox and its badge, which show only questions, can skip pushes about anything else.
+``worker_ids`` are workers whose presence changed and ``agents`` agents whose gate
+opened or closed (``runs.events.Changes``): the Workers page, and the pages of runs that
+wait for a worker or their agent, re-read them.
 Each web process has one channel in the group ``GROUP`` (``live.consumers``); its
 sockets re-read what their pages show and render the same named partials as the pages,
 so a duplicated, late or reordered message does no harm.
@@ -39,16 +39,12 @@ import logging
 import os
 import threading
 import uuid
-import weakref
 from collections.abc import Coroutine, Iterable
 from typing import Any
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
-from django.db import DEFAULT_DB_ALIAS, transaction
-from django.db.models.signals import post_save
 
-from runs.events import EventType
-from runs.models import InputRequest, RunEvent
+from runs.events import Changes, on_commit_publish
 
 logger = logging.getLogger(__name__)
 
@@ -56,117 +52,70 @@ GROUP = "holdpoint.runs"
 MESSAGE_TYPE = "runs.changed"
 
 
-# --- Collecting the runs a transaction changed ---------------------------------------------
+# --- What a transaction changed ---------------------------------------------------------------
 
 
-# Run events that are about a run's question (the inbox shows questions only).
-REQUEST_EVENTS = frozenset(
-    {EventType.RUN_INTERRUPTED, EventType.REQUEST_ANSWERED, EventType.REQUEST_CLOSED}
-)
-
-
-class Batch:
-    """The runs one transaction changed; called once, when it commits."""
-
-    def __init__(self) -> None:
-        self.run_ids: set[str] = set()
-        self.request_run_ids: set[str] = set()
-        self.sent = False
-
-    def __call__(self) -> None:
-        self.sent = True
-        push(sorted(self.run_ids), request_run_ids=sorted(self.request_run_ids))
-
-    def __repr__(self) -> str:
-        return f"<push of {sorted(self.run_ids)}>"
-
-
-# One open batch per database connection (connections are per thread).
-_batches: weakref.WeakKeyDictionary[Any, Batch] = weakref.WeakKeyDictionary()
-
-
-def run_changed(run_id: str, *, requests: bool = False, using: str = DEFAULT_DB_ALIAS) -> None:
-    """Note that ``run_id`` changed in the current transaction (``requests``: one of its
-    questions did); push once it commits."""
-    connection = transaction.get_connection(using)
-    batch = _batches.get(connection)
-    # A batch whose callback is no longer waiting for the commit was sent (or captured
-    # by a test), or its transaction or savepoint was rolled back and Django dropped the
-    # callback with everything else: start a new one.
-    if batch is None or batch.sent or not _waiting(connection, batch):
-        batch = Batch()
-        _batches[connection] = batch
-        batch.run_ids.add(run_id)
-        if requests:
-            batch.request_run_ids.add(run_id)
-        transaction.on_commit(batch, using=using, robust=True)
-        return
-    batch.run_ids.add(run_id)
-    if requests:
-        batch.request_run_ids.add(run_id)
-
-
-def _waiting(connection: Any, batch: Batch) -> bool:
-    return any(callback is batch for _sids, callback, _robust in connection.run_on_commit)
-
-
-def _on_run_event_saved(
-    sender: type[RunEvent], instance: RunEvent, created: bool, raw: bool = False, **kwargs: Any
-) -> None:
-    if created and not raw:
-        run_changed(
-            instance.run_id,
-            requests=instance.type in REQUEST_EVENTS,
-            using=kwargs.get("using") or DEFAULT_DB_ALIAS,
-        )
-
-
-def _on_request_saved(
-    sender: type[InputRequest], instance: InputRequest, raw: bool = False, **kwargs: Any
-) -> None:
-    if not raw:
-        run_changed(instance.run_id, requests=True, using=kwargs.get("using") or DEFAULT_DB_ALIAS)
+def _publish(changes: Changes) -> None:
+    """The run store's after-commit publisher for the live pages: one message per committed
+    transaction (``runs.events.Changes``), however many events it appended."""
+    push(
+        sorted(changes.run_ids),
+        request_run_ids=sorted(changes.request_run_ids),
+        worker_ids=sorted(changes.worker_ids),
+        agents=sorted(changes.agents),
+    )
 
 
 def connect_signals() -> None:
-    """Called from ``RunsConfig.ready``: every appended run event, and every saved
-    question, marks its run changed."""
-    post_save.connect(_on_run_event_saved, sender=RunEvent, dispatch_uid="holdpoint-push")
-    post_save.connect(_on_request_saved, sender=InputRequest, dispatch_uid="holdpoint-push-q")
+    """Called from ``LiveConfig.ready``: every committed transaction that appended run
+    events (the ledger's side-effect events too) is pushed once."""
+    on_commit_publish(_publish)
 
 
 # --- Sending -----------------------------------------------------------------------------
 
 
-def message_for(run_ids: Iterable[str], request_run_ids: Iterable[str] = ()) -> dict[str, Any]:
+def message_for(
+    run_ids: Iterable[str],
+    request_run_ids: Iterable[str] = (),
+    worker_ids: Iterable[str] = (),
+    agents: Iterable[str] = (),
+) -> dict[str, Any]:
     return {
         "type": MESSAGE_TYPE,
         "run_ids": list(run_ids),
         "request_run_ids": list(request_run_ids),
+        "worker_ids": list(worker_ids),
+        "agents": list(agents),
         "push_id": uuid.uuid4().hex,
     }
 
 
 def push(
-    run_ids: list[str], *, request_run_ids: list[str] | None = None
+    run_ids: list[str],
+    *,
+    request_run_ids: list[str] | None = None,
+    worker_ids: list[str] | None = None,
+    agents: list[str] | None = None,
 ) -> concurrent.futures.Future[None] | None:
-    """Tell every live page that ``run_ids`` changed (after the commit, never blocking).
+    """Tell every live page that ``run_ids`` changed, or the presence of ``worker_ids``, or
+    the gate of ``agents`` (after the commit, never blocking).
 
     Returns the future of the send, or None when nothing was sent (no channel layer,
     or the in-memory layer with no consumer in this process).
     """
-    if not run_ids:
+    if not run_ids and not worker_ids and not agents:
         return None
     layer = get_channel_layer()
     if layer is None:
         return None
-    message = message_for(run_ids, request_run_ids or ())
+    message = message_for(run_ids, request_run_ids or (), worker_ids or (), agents or ())
     if isinstance(layer, InMemoryChannelLayer):
         loop = _consumer_loop
         if loop is None or loop.is_closed() or not loop.is_running():
             return None
         return _sender.submit(layer.group_send(GROUP, message), loop)
-    return _sender.submit(layer.group_send(GROUP, message), _sender.loop())
+    return _sender.send(layer.group_send(GROUP, message))
 
 
 _consumer_loop: asyncio.AbstractEventLoop | None = None
@@ -178,11 +127,18 @@ def attach_loop(loop: asyncio.AbstractEventLoop) -> None:
     _consumer_loop = loop
 
 
+# Sends on their way at once from the sender's loop: fewer than the connections redis-py
+# gives one event loop (100), which refuses one more with MaxConnectionsError (a lost push);
+# the others wait their turn on the loop. A send is one short round trip to Redis.
+MAX_SENDS = 32
+
+
 class _Sender:
     """An event loop on a daemon thread that sends pushes for the whole process."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._gate: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._pid = 0
@@ -194,6 +150,7 @@ class _Sender:
             alive = self._thread is not None and self._thread.is_alive()
             if self._loop is None or self._pid != os.getpid() or not alive:
                 self._loop = asyncio.new_event_loop()
+                self._gate = asyncio.Semaphore(MAX_SENDS)
                 self._thread = threading.Thread(
                     target=self._loop.run_forever, name="holdpoint-push", daemon=True
                 )
@@ -209,6 +166,20 @@ class _Sender:
             self._pending.add(future)
         future.add_done_callback(self._done)
         return future
+
+    def send(self, coro: Coroutine[Any, Any, None]) -> concurrent.futures.Future[None]:
+        """Send ``coro`` (a channel-layer send) from the sender's own loop, at most
+        ``MAX_SENDS`` at once."""
+        loop = self.loop()
+        with self._lock:
+            gate = self._gate
+        assert gate is not None
+
+        async def gated() -> None:
+            async with gate:
+                await coro
+
+        return self.submit(gated(), loop)
 
     def _done(self, future: concurrent.futures.Future[None]) -> None:
         with self._lock:

@@ -14,15 +14,23 @@ missed; htmx reconnects by itself.
 The sockets of a process share one ``Hub``: one channel in the push group
 (``live.broadcast``), and one render at a time for all of them. A push is rendered in
 one worker thread with one database connection: the session, user and permissions of
-every socket are checked again in four queries (a signed-out user's socket closes with
+every socket are checked again in five queries (a signed-out user's socket closes with
 4401, one who lost ``runs.view_run`` gets nothing and is closed with 4403; htmx does not
 reconnect after either), and what a page shows every user alike (a run's status,
-attempts, timeline) is rendered once for all the sockets that show it. What depends on
-what the user may do (the run page's cancel and retry forms and question card, the
-badge's count) is rendered once per ``Role`` (a set of permissions) and push, and only
-when it changed; each socket then fills in its own CSRF token (from its own cookie) and
-fresh idempotency keys, exactly like the page (``personalize``). The inbox is still
-rendered per socket. Pushes arriving during a render are merged into the next one.
+attempts, the timeline's new rows) is rendered once for all the sockets that show it.
+The timeline is never sent whole: its new rows are appended to the page's list (with
+the last ``TIMELINE_OVERLAP`` it has, which it keeps by id), and the checkpoints only
+when they changed, so a frame stays small however long the run. What depends on what
+the user may do (the run page's cancel and retry forms and question card, the badge's
+count) is rendered once per ``Role`` (a set of permissions) and push, and only when it
+changed or the person's role did; each socket then fills in its own CSRF token (from
+its own cookie) and fresh idempotency keys, exactly like the page (``personalize``).
+Each frame is sent as soon as its page is rendered. An approval whose
+policy judges people apart (``runs.selectors.judged_per_person``: a decision recorded,
+groups, no self-approval) is rendered, and the badge counted, per ``Person`` instead:
+two approvers with the same permissions may differ in what they may do with it. The
+inbox is still rendered per socket. Pushes arriving during a render are merged into the
+next one.
 
 Pushes carry only ids, so each socket keeps what it last sent to tell what is new: the
 run page the last event number, the lists their rows and cards with versions. The
@@ -38,25 +46,41 @@ from typing import Any
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.http import Http404, HttpRequest, QueryDict
 from django.template.loader import render_to_string
-from django.utils import timezone, translation
 
-from dashboard.views.cards import build_card, card_version
-from dashboard.views.inbox import TABS, inbox_context, inbox_requests, inbox_token
-from dashboard.views.runs import (
+from dashboard.pages.cards import build_card, card_version
+from dashboard.pages.inbox import TABS, inbox_context, inbox_requests, inbox_token
+from dashboard.pages.runs import (
+    RunRequests,
     run_context,
     run_controls_state,
     run_list_context,
+    run_requests_with,
     run_retry_blockers,
     run_shared_context,
+    run_waiting_context,
+    timeline_rows,
 )
+from dashboard.pages.workers import workers_context
 from live.hub import FORBIDDEN, SIGNED_OUT, Batch, Change, Reply, _in_thread, hub
 from live.roles import Person, Role, personal, personalize, role_request
 from runs.metrics import OPEN_WEBSOCKETS
 from runs.models import InputRequest, Run
-from runs.selectors import VIEW, inbox_for_user, permission_for_request_kind, run_get_for_user
+from runs.selectors import (
+    VIEW,
+    VIEW_WORKERS,
+    WAITS_FOR_WORKER,
+    inbox_for_user,
+    judged_per_person,
+    judged_per_person_q,
+    permission_for_request_kind,
+    run_get_for_user,
+)
 from runs.states import RequestStatus
 
 logger = logging.getLogger(__name__)
+
+# Timeline rows a push sends again before the new ones (``RunConsumer``).
+TIMELINE_OVERLAP = 1
 
 
 # --- The sockets -------------------------------------------------------------------------
@@ -132,16 +156,25 @@ class LiveConsumer(AsyncWebsocketConsumer):
         return str(self.params.get("v", ""))[:64]
 
     def render_badge(
-        self, request: HttpRequest, role: Role, batch: Batch, *, force: bool = False
+        self, request: HttpRequest, person: Person, batch: Batch, *, force: bool = False
     ) -> str:
-        """The nav badge, when its count changed since this socket last sent it. The count
-        depends on what the user may answer: counted once per role."""
-        count = batch.get(("badge", role), lambda: inbox_for_user(user=role).count())
+        """The nav badge, when its count changed since this socket last sent it: what this
+        person can act on now ("Needs me", ``inbox_for_user``, the list's query). Counted
+        once per role while nothing in the role's list is judged per person (an approval
+        with a decision, groups or no self-approval), else once per person."""
+        role = person.role
+        per_person = batch.get(
+            ("badge-per-person", role),
+            lambda: inbox_for_user(user=role).filter(judged_per_person_q()).exists(),
+        )
+        who: Person | Role = person if per_person else role
+        key = ("badge", person.pk) if per_person else ("badge", role)
+        count = batch.get(key, lambda: inbox_for_user(user=who).count())
         if count == self.badge and not force:
             return ""
         self.badge = count
         return batch.get(
-            ("badge-html", count, translation.get_language()),
+            ("badge-html", count, batch.language),
             lambda: render_to_string(
                 "base.html#inbox-count", {"oob": True, "inbox_n": count}, request=request
             ),
@@ -158,7 +191,7 @@ class BadgeConsumer(LiveConsumer):
     ) -> str:
         if self.badge is None and self.token().isdigit():
             self.badge = int(self.token())  # the count the page was rendered with
-        return self.render_badge(request, person.role, batch)
+        return self.render_badge(request, person, batch)
 
 
 class RunConsumer(LiveConsumer):
@@ -167,7 +200,9 @@ class RunConsumer(LiveConsumer):
     the side-effect report is fetched again when the ledger moved."""
 
     seq: int | None = None
-    controls: str | None = None
+    controls: tuple[str, Any] | None = None
+    checkpoints: str | None = None
+    waiting_sent: str | None = None
 
     @property
     def run_id(self) -> str:
@@ -182,20 +217,26 @@ class RunConsumer(LiveConsumer):
         return True
 
     def concerned(self, change: Change) -> bool:
-        return self.run_id in change.run_ids or bool(change.request_run_ids)
+        return self.run_id in change.run_ids or bool(change.request_run_ids) or change.waiting
 
     def render(
         self, request: HttpRequest, person: Person, change: Change | None, batch: Batch
     ) -> str:
-        role = person.role
         parts = []
         if change is None or self.run_id in change.run_ids:
-            parts.append(self._render_run(request, role, batch, first=change is None))
+            parts.append(self._render_run(request, person, batch, first=change is None))
+        elif change.waiting:
+            # A worker came or went, or the agent's gate moved: no event of this run says
+            # so, but why it waits may have changed.
+            parts.append(self._render_waiting(request, batch))
         if change is None or change.request_run_ids:
-            parts.append(self.render_badge(request, role, batch, force=change is None))
+            parts.append(self.render_badge(request, person, batch, force=change is None))
         return "".join(parts)
 
-    def _render_run(self, request: HttpRequest, role: Role, batch: Batch, *, first: bool) -> str:
+    def _render_run(
+        self, request: HttpRequest, person: Person, batch: Batch, *, first: bool
+    ) -> str:
+        role = person.role
         run = batch.get(("run", self.run_id), lambda: Run.objects.filter(pk=self.run_id).first())
         if run is None:
             return ""
@@ -203,14 +244,27 @@ class RunConsumer(LiveConsumer):
         if known is None and self.token().isdigit():
             known = int(self.token())
         blockers = batch.get(("blockers", run.id), lambda: run_retry_blockers(run))
-        controls = run_controls_state(run, blockers)
+        pending = batch.get(("pending", run.id), lambda: _pending_request(run))
+        # What the controls offer, and the pending card's state: an approval's decisions
+        # change its card (1 of 2 approvals) without changing the run's status.
+        # An approval its policy judges per person (a decision was recorded, groups, no
+        # self-approval) is rendered for this person: what they may do, and why not.
+        # Everything else once per role.
+        who: Person | Role = person if pending is not None and judged_per_person(pending) else role
+        key: Any = (person.pk, role) if who is person else role
+        # What the controls offer, and the pending card's state (an approval's decisions
+        # change its card, 1 of 2 approvals, without changing the run's status), and for
+        # whom: a person who lost or gained a permission gets their part again.
+        controls = (run_controls_state(run, blockers) + _card_state(pending), key)
         if known is not None and run.last_event_seq <= known:
             self.seq = max(known, run.last_event_seq)
             if self.controls is None:
                 self.controls = controls  # the page was rendered with these
             return ""
-        language, zone = translation.get_language(), timezone.get_current_timezone_name()
-        shared = batch.get(("shared-context", run.id), lambda: run_shared_context(run))
+        language, zone = batch.language, batch.zone
+        shared = batch.get(
+            ("shared-context", run.id), lambda: run_shared_context(run, timeline=None)
+        )
         # What everyone sees alike is rendered for nobody in particular: a request with
         # no user and no cookie, so it cannot differ from one socket to another.
         html = batch.get(
@@ -222,12 +276,41 @@ class RunConsumer(LiveConsumer):
             ),
         )
         parts: list[str] = [html]
-        if first or controls != self.controls:
-            for_role = batch.get(
-                ("user", run.id, role, language, zone),
-                lambda: _render_run_for_role(request, role, run, shared, blockers),
+        checkpoints = f"{len(shared['checkpoints'])}-{run.latest_checkpoint_id}"
+        if first or checkpoints != self.checkpoints:
+            parts.append(
+                batch.get(
+                    ("checkpoints", run.id, language, zone),
+                    lambda: render_to_string(
+                        "dashboard/run_detail.html#run-live-checkpoints",
+                        shared,
+                        role_request(request),
+                    ),
+                )
             )
-            parts.append(personalize(for_role, request))
+            self.checkpoints = checkpoints
+        # The timeline's new rows only, and the last few the page should have already
+        # (it keeps those it has, by id: a reply drawn just before this push's events
+        # cannot leave a gap). Rows past TIMELINE_LIMIT new ones are not sent.
+        after = max(known - TIMELINE_OVERLAP, 0) if known is not None else None
+        parts.append(
+            batch.get(
+                ("events", run.id, after, language, zone),
+                lambda: render_to_string(
+                    "dashboard/run_detail.html#run-live-events",
+                    {"run": run, "timeline": timeline_rows(run, "", after=after)},
+                    role_request(request),
+                ),
+            )
+        )
+        if first or controls != self.controls:
+            # The run's requests and checkpoints: read once for every role.
+            requests = batch.get(("requests", run.id), lambda: run_requests_with(run, pending))
+            for_who = batch.get(
+                ("user", run.id, key, language, zone),
+                lambda: _render_run_for(request, who, run, shared, blockers, requests),
+            )
+            parts.append(personalize(for_who, request))
             self.controls = controls
         ledger_moved = known is not None and batch.get(
             ("ledger", run.id, known),
@@ -242,18 +325,65 @@ class RunConsumer(LiveConsumer):
                 )
             )
         self.seq = run.last_event_seq
+        self.waiting_sent = None
         return "".join(parts)
 
+    def _render_waiting(self, request: HttpRequest, batch: Batch) -> str:
+        run = batch.get(("run", self.run_id), lambda: Run.objects.filter(pk=self.run_id).first())
+        if run is None or (run.status not in WAITS_FOR_WORKER and self.waiting_sent == ""):
+            return ""
+        language, zone = batch.language, batch.zone
+        html = batch.get(
+            ("waiting", run.id, language, zone),
+            lambda: render_to_string(
+                "dashboard/run_detail.html#run-waiting",
+                {**run_waiting_context(run), "oob": True},
+                role_request(request),
+            ),
+        )
+        if html == self.waiting_sent:
+            return ""
+        self.waiting_sent = html if run.status in WAITS_FOR_WORKER else ""
+        return html
 
-def _render_run_for_role(
-    request: HttpRequest, role: Role, run: Run, shared: dict[str, Any], blockers: list[str]
+
+def _pending_request(run: Run) -> InputRequest | None:
+    if not run.pending_request_id:
+        return None
+    return (
+        InputRequest.objects.select_related("run", "answered_by")
+        .filter(pk=run.pending_request_id)
+        .first()
+    )
+
+
+def _card_state(request: InputRequest | None) -> str:
+    """What of the pending request changes its card: its status, and an approval's round
+    and decisions."""
+    if request is None:
+        return ""
+    return f":{request.id}:{request.status}:{request.edit_round}:{request.decisions}"
+
+
+def _render_run_for(
+    request: HttpRequest,
+    who: Person | Role,
+    run: Run,
+    shared: dict[str, Any],
+    blockers: list[str],
+    requests: RunRequests,
 ) -> str:
-    """The run page's controls and question card as ``role`` sees them, with marks where
-    each socket puts its own CSRF token and idempotency keys (``personalize``)."""
+    """The run page's controls and question card as ``who`` sees them (a role, or one
+    person when the card is theirs alone), with marks where each socket puts its own CSRF
+    token and idempotency keys (``personalize``)."""
     neutral = role_request(request)
-    context = run_context(neutral, run, who=role, shared=shared, retry_blockers=blockers)
+    context = run_context(
+        neutral, run, who=who, shared=shared, retry_blockers=blockers, requests=requests
+    )
     context["csrf_token"] = personal("csrf")
     context["cancel_key"], context["retry_key"] = personal("key0"), personal("key1")
+    # The pause panel's forms too (``pause_context`` drew keys once for the whole role).
+    context["pause_key"], context["continue_key"] = personal("key4"), personal("key5")
     for n, name in enumerate(("pending_card", "last_card"), start=2):
         if context[name] is not None:
             context[name].key = personal(f"key{n}")
@@ -275,7 +405,7 @@ class InboxConsumer(LiveConsumer):
     def render(
         self, request: HttpRequest, person: Person, change: Change | None, batch: Batch
     ) -> str:
-        role, user = person.role, person
+        user = person
         requests = inbox_requests(user, self.tab, keep=self._keep(user))
         ids = [r.id for r in requests]
         versions = {
@@ -287,7 +417,7 @@ class InboxConsumer(LiveConsumer):
             if inbox_token(versions.items()) != self.token():
                 return self._render_list(request, person, batch, requests)
             self.shown, self.versions = ids, versions
-            return self._counts(request, role, batch, force=True)
+            return self._counts(request, person, batch, force=True)
         if ids != self.shown:
             return self._render_list(request, person, batch, requests)
         html: list[str] = [
@@ -300,22 +430,36 @@ class InboxConsumer(LiveConsumer):
             if versions[r.id] != self.versions.get(r.id)
         ]
         self.versions = versions
-        html.append(self._counts(request, role, batch))
+        html.append(self._counts(request, person, batch))
         return "".join(html)
 
     def _keep(self, user: Person) -> list[str]:
         """Cards on the page whose request left the list: keep the ones a person should
-        see closed (expired, closed with the run, answered by this user)."""
+        see as they are now (expired, closed with the run, answered by this user; and
+        under Needs me one still pending that is no longer theirs to act on: they approved
+        it, one of several, and the card says so)."""
         if not self.shown or self.tab not in ("needs", "all"):
             return []
-        closed = InputRequest.objects.filter(pk__in=self.shown).exclude(
-            status=RequestStatus.PENDING
+        rows = list(
+            InputRequest.objects.filter(pk__in=self.shown).values_list(
+                "id", "status", "answered_by"
+            )
         )
-        return [
+        keep = [
             req_id
-            for req_id, status, answered_by in closed.values_list("id", "status", "answered_by")
-            if status != RequestStatus.ANSWERED or answered_by == user.pk
+            for req_id, status, answered_by in rows
+            if status != RequestStatus.PENDING
+            and (status != RequestStatus.ANSWERED or answered_by == user.pk)
         ]
+        pending = [req_id for req_id, status, _by in rows if status == RequestStatus.PENDING]
+        if pending and self.tab == "needs":
+            # Still pending but no longer this person's to act on (not merely pushed past
+            # the page by more urgent ones): the same query as the list says which.
+            still = set(
+                inbox_for_user(user=user).filter(pk__in=pending).values_list("id", flat=True)
+            )
+            keep += [req_id for req_id in pending if req_id not in still]
+        return keep
 
     def _render_list(
         self, request: HttpRequest, person: Person, batch: Batch, requests: list[InputRequest]
@@ -325,12 +469,12 @@ class InboxConsumer(LiveConsumer):
         self.versions = {card.req.id: card.version for card in context["cards"]}
         self.shown = list(self.versions)
         html = render_to_string("dashboard/inbox.html#inbox-list", context, request=request)
-        return html + self._counts(request, person.role, batch, force=True)
+        return html + self._counts(request, person, batch, force=True)
 
     def _counts(
-        self, request: HttpRequest, role: Role, batch: Batch, *, force: bool = False
+        self, request: HttpRequest, person: Person, batch: Batch, *, force: bool = False
     ) -> str:
-        badge = self.render_badge(request, role, batch, force=force)
+        badge = self.render_badge(request, person, batch, force=force)
         if not badge:
             return ""
         tab_count = render_to_string(
@@ -347,20 +491,19 @@ class RunListConsumer(LiveConsumer):
     token_seen = ""
 
     def concerned(self, change: Change) -> bool:
-        return bool(change.run_ids)
+        return bool(change.run_ids) or change.waiting
 
     def render(
         self, request: HttpRequest, person: Person, change: Change | None, batch: Batch
     ) -> str:
         query = self.scope.get("query_string", b"")
-        zone = timezone.get_current_timezone_name()
-        key = ("runs", query, translation.get_language(), zone)
+        key = ("runs", query, batch.language, batch.zone)
         context = batch.get(key, lambda: run_list_context(person, self.params))
         ids = [row["run"].id for row in context["rows"]]
         token = context["live_token"]
         badge = ""
         if change is None or change.request_run_ids:
-            badge = self.render_badge(request, person.role, batch, force=change is None)
+            badge = self.render_badge(request, person, batch, force=change is None)
         if self.shown is None and token == self.token():
             self.shown, self.token_seen = ids, token
             return badge
@@ -376,9 +519,49 @@ class RunListConsumer(LiveConsumer):
                     "dashboard/run_list.html#run-row", {"row": row, "row_oob": True}, request
                 )
                 for row in context["rows"]
-                if change is None or row["run"].id in change.run_ids
+                if change is None
+                or row["run"].id in change.run_ids
+                or (change.waiting and row["waiting"] is not None)
             ]
             tabs = render_to_string("dashboard/run_list.html#runs-tabs", context, request)
-            html = tabs + "".join(changed)
+            # Rows first: htmx parses a fragment in a <template>, where a <tr> after another
+            # element (the tabs' <nav>) is dropped, while elements after the rows are kept.
+            html = "".join(changed) + tabs
         self.shown, self.token_seen = ids, token
+        return html + badge
+
+
+class WorkersConsumer(LiveConsumer):
+    """The Workers page: the table again when a worker's presence changed (one appeared,
+    went stale or gone, came back) or a run changed (what each runs now, its losses), and
+    only when what it shows changed. Needs ``runs.view_worker``, checked at every render."""
+
+    requires_view = False
+    token_seen = ""
+
+    def may_connect(self, user: Any) -> bool:
+        return bool(user.has_perm(VIEW_WORKERS))
+
+    def concerned(self, change: Change) -> bool:
+        return bool(change.worker_ids or change.run_ids or change.request_run_ids)
+
+    def render(
+        self, request: HttpRequest, person: Person, change: Change | None, batch: Batch
+    ) -> str:
+        if not person.has_perm(VIEW_WORKERS):
+            return ""
+        badge = ""
+        if change is None or change.request_run_ids:
+            badge = self.render_badge(request, person, batch, force=change is None)
+        key = ("workers", batch.language, batch.zone)
+        context = batch.get(key, workers_context)
+        token = context["live_token"]
+        if not self.token_seen:
+            self.token_seen = self.token()
+        if token == self.token_seen:
+            return badge
+        self.token_seen = token
+        html = render_to_string(
+            "dashboard/workers.html#workers-live", {**context, "oob": True}, request
+        )
         return html + badge

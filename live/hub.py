@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import weakref
+import zoneinfo
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -76,6 +78,14 @@ class Change:
 
     run_ids: frozenset[str]
     request_run_ids: frozenset[str]
+    # Workers whose presence changed, agents whose gate changed: a queued run's reason to
+    # wait may have changed with them (``runs.selectors.waiting_for_runs``).
+    worker_ids: frozenset[str] = frozenset()
+    agents: frozenset[str] = frozenset()
+
+    @property
+    def waiting(self) -> bool:
+        return bool(self.worker_ids or self.agents)
 
 
 @dataclass
@@ -89,6 +99,10 @@ class Batch:
     """Shared by the sockets of one render: what one computed, the others reuse."""
 
     memo: dict[Any, Any] = field(default_factory=dict)
+    # The language and time zone switched on for the sockets being rendered (part of the
+    # keys of what is rendered once for many), read once per group of sockets.
+    language: str = ""
+    zone: str = ""
 
     def get(self, key: Any, make: Callable[[], T]) -> T:
         if key not in self.memo:
@@ -98,36 +112,86 @@ class Batch:
 
 
 def render_batch(
-    sockets: list[Socket], change: Change | None, snapshots: set[Socket]
+    sockets: list[Socket],
+    change: Change | None,
+    snapshots: set[Socket],
+    emit: Callable[[Socket, Reply], None] | None = None,
 ) -> list[tuple[Socket, Reply]]:
-    """Render one push (``change``) for ``sockets``, and first renders for ``snapshots``."""
+    """Render one push (``change``) for ``sockets``, and first renders for ``snapshots``.
+
+    Each reply goes to ``emit`` as soon as it is rendered (the event loop sends it while
+    the next is rendered), and is returned too. Who each socket's session stands for and
+    what they may do are read again for every push (``signed_in_users``); what a socket
+    asks of its page's request (its cookies: CSRF token, language, time zone) is read once
+    per socket, since a socket's scope never changes. Sockets are taken by language and
+    zone, so each is switched on once per push.
+    """
     users = signed_in_users(s.scope for s in sockets)
     batch = Batch()
     replies = []
+
+    def reply(socket: Socket, answer: Reply) -> None:
+        replies.append((socket, answer))
+        if emit is not None:
+            emit(socket, answer)
+
+    todo: list[tuple[Socket, Person, Page]] = []
     for socket in sockets:
         person = users.get(session_key(socket.scope))
         if person is None:
-            replies.append((socket, Reply(close=SIGNED_OUT)))
+            reply(socket, Reply(close=SIGNED_OUT))
             continue
         if socket.requires_view and not person.has_perm(VIEW):
-            replies.append((socket, Reply(close=FORBIDDEN)))
+            reply(socket, Reply(close=FORBIDDEN))
             continue
-        first = socket in snapshots
-        if not first and (change is None or not socket.concerned(change)):
+        if socket not in snapshots and (change is None or not socket.concerned(change)):
             continue
+        todo.append((socket, person, _page(socket)))
+    todo.sort(key=lambda item: item[2].order)
+    for (language, zone), group in itertools.groupby(todo, key=lambda item: item[2].order):
+        with translation.override(language), timezone.override(group_zone(zone)):
+            batch.language = translation.get_language()
+            batch.zone = timezone.get_current_timezone_name()
+            for socket, person, page in group:
+                first = socket in snapshots
+                page.request.LANGUAGE_CODE = batch.language
+                try:
+                    html = socket.render(page.request, person, None if first else change, batch)
+                except Exception:
+                    # One page that cannot be rendered must not keep the others waiting.
+                    logger.exception("live render failed for %s", socket.scope.get("path"))
+                    continue
+                if html:
+                    reply(socket, Reply(html=html))
+    return replies
+
+
+@dataclass
+class Page:
+    """What a socket's page asks of its request, read once per socket: the request (its
+    cookies: the CSRF token), its language and time zone."""
+
+    request: HttpRequest
+    order: tuple[str, str]
+
+
+_pages: weakref.WeakKeyDictionary[Any, Page] = weakref.WeakKeyDictionary()
+
+
+def _page(socket: Socket) -> Page:
+    page = _pages.get(socket)
+    if page is None:
         request = live_request(socket.scope)
         language = translation.get_language_from_request(request)
-        try:
-            with translation.override(language), timezone.override(user_timezone(request)):
-                request.LANGUAGE_CODE = translation.get_language()
-                html = socket.render(request, person, None if first else change, batch)
-        except Exception:
-            # One page that cannot be rendered must not keep the others waiting.
-            logger.exception("live render failed for %s", socket.scope.get("path"))
-            continue
-        if html:
-            replies.append((socket, Reply(html=html)))
-    return replies
+        zone = user_timezone(request)
+        page = Page(request, (language, zone.key if zone is not None else ""))
+        _pages[socket] = page
+    return page
+
+
+def group_zone(name: str) -> Any:
+    """The zone of a group of sockets: "" for the server's."""
+    return zoneinfo.ZoneInfo(name) if name else None
 
 
 class Hub:
@@ -139,6 +203,8 @@ class Hub:
         self.snapshots: set[Socket] = set()
         self.run_ids: set[str] = set()
         self.request_run_ids: set[str] = set()
+        self.worker_ids: set[str] = set()
+        self.agents: set[str] = set()
         self.changed = False
         self.wake = asyncio.Event()
         self.channel = ""
@@ -211,6 +277,8 @@ class Hub:
             # A message without the field (an older sender) may be about questions too.
             requests = message.get("request_run_ids", message.get("run_ids"))
             self.request_run_ids |= _ids(requests)
+            self.worker_ids |= _ids(message.get("worker_ids"))
+            self.agents |= _ids(message.get("agents"))
             self.changed = True
             self.wake.set()
 
@@ -220,19 +288,45 @@ class Hub:
             self.wake.clear()
             change = None
             if self.changed:
-                change = Change(frozenset(self.run_ids), frozenset(self.request_run_ids))
+                change = Change(
+                    frozenset(self.run_ids),
+                    frozenset(self.request_run_ids),
+                    frozenset(self.worker_ids),
+                    frozenset(self.agents),
+                )
                 self.run_ids, self.request_run_ids, self.changed = set(), set(), False
+                self.worker_ids, self.agents = set(), set()
             snapshots, self.snapshots = self.snapshots, set()
             sockets = list(self.sockets)
             if not sockets:
                 continue
+            # Each frame is sent as soon as its page is rendered: the event loop writes
+            # (and compresses) frames while the thread renders the next ones. A render
+            # waits for the previous one's frames, so a socket's frames keep their order.
+            sending: list[asyncio.Future[None]] = []
+            emit = _sender(asyncio.get_running_loop(), sending)
             try:
-                replies = await _in_thread(render_batch)(sockets, change, snapshots)
+                await _in_thread(render_batch)(sockets, change, snapshots, emit)
             except Exception:
                 logger.exception("live render failed")
-                continue
-            for socket, reply in replies:
-                await socket.deliver(reply)
+            await asyncio.sleep(0)  # the frames emitted last are scheduled
+            for failed in await asyncio.gather(*sending, return_exceptions=True):
+                if failed is not None:
+                    logger.error("live push not sent", exc_info=failed)
+
+
+def _sender(
+    loop: asyncio.AbstractEventLoop, sending: list[asyncio.Future[None]]
+) -> Callable[[Socket, Reply], None]:
+    """What the render thread calls with each reply: the loop sends it (into ``sending``)."""
+
+    def emit(socket: Socket, reply: Reply) -> None:
+        def send() -> None:
+            sending.append(asyncio.ensure_future(socket.deliver(reply)))
+
+        loop.call_soon_threadsafe(send)
+
+    return emit
 
 
 def _ids(value: Any) -> set[str]:

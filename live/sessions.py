@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from importlib import import_module
-from itertools import chain
 from typing import Any
 
 from django.conf import settings
@@ -26,7 +25,7 @@ DATABASE_SESSIONS = (
 
 
 def signed_in_users(scopes: Iterable[dict[str, Any]]) -> dict[str, Person | None]:
-    """Who each socket's session stands for now, or None; and what each may do. Four
+    """Who each socket's session stands for now, or None; and what each may do. Five
     queries for them all, however many sockets.
 
     The same checks as ``django.contrib.auth.get_user``: a session that ended (signed out,
@@ -80,7 +79,8 @@ def _model_backend_permissions() -> bool:
 
 
 def permissions_of(users: list[Any]) -> dict[int, Role]:
-    """Each (active) user's role, by ``id(user)``: two queries for them all.
+    """Each (active) user's role, by ``id(user)``: three queries for them all (their own
+    permissions, their groups, those groups' permissions).
 
     The same answer as ``user.get_all_permissions()`` with Django's ``ModelBackend`` (the
     user's own permissions and their groups'; a superuser has every one). With other
@@ -97,11 +97,23 @@ def permissions_of(users: list[Any]) -> dict[int, Role]:
     own = Permission.objects.filter(user__in=list(ordinary)).values_list(
         "user", "content_type__app_label", "codename"
     )
-    via_groups = Permission.objects.filter(group__user__in=list(ordinary)).values_list(
-        "group__user", "content_type__app_label", "codename"
-    )
-    for user_pk, app_label, codename in chain(own, via_groups):
+    for user_pk, app_label, codename in own:
         found[str(user_pk)].add(f"{app_label}.{codename}")
+    # Each group's permissions once, not once per member: a hundred people in three
+    # groups are a hundred memberships and the three groups' permissions.
+    memberships = list(
+        get_user_model()
+        .groups.through.objects.filter(user__in=list(ordinary))
+        .values_list("user", "group")
+    )
+    if memberships:
+        of_group: dict[Any, set[str]] = {}
+        for group_pk, app_label, codename in Permission.objects.filter(
+            group__in={group_pk for _user_pk, group_pk in memberships}
+        ).values_list("group", "content_type__app_label", "codename"):
+            of_group.setdefault(group_pk, set()).add(f"{app_label}.{codename}")
+        for user_pk, group_pk in memberships:
+            found[str(user_pk)] |= of_group.get(group_pk, set())
     for key, user in ordinary.items():
         roles[id(user)] = Role(frozenset(found[key]))
     for user in users:

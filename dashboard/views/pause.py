@@ -27,11 +27,10 @@ from dashboard.actions import (
     safe_next,
     submit_action,
 )
-from dashboard.present import clock
+from dashboard.present import actor_name, clock
 from dashboard.views.runs import _invalid_run_form, _out_of_date, _run_reply
 from runs import services
 from runs.access import Actor
-from runs.models import InputRequest, Run
 from runs.selectors import (
     CANCEL,
     PAUSE_AGENT,
@@ -39,9 +38,10 @@ from runs.selectors import (
     agent_overview,
     agents_overview,
     paused_for_user,
+    permission_denied_text,
     run_get_for_user,
 )
-from runs.states import RequestKind, RunStatus, can
+from runs.states import RunStatus
 
 MAX_REASON = 2000
 
@@ -54,49 +54,6 @@ class PauseForm(forms.Form):
         label=gettext_lazy("Reason"),
         error_messages={"required": gettext_lazy("Say why you pause; everyone sees it.")},
     )
-
-
-def _name(actor: str) -> str:
-    """``user:olivia`` → ``olivia``; a system actor stays as it is."""
-    return actor.split(":", 1)[1] if actor.startswith("user:") else actor
-
-
-def pause_context(run: Run, user: Actor) -> dict[str, Any]:
-    """What the run page shows about pausing: the Pause form, or who paused, why and since
-    when with Continue (a breakpoint names the step it stopped before)."""
-    paused: dict[str, Any] | None = None
-    if run.status == RunStatus.PAUSED and run.pending_request_id:
-        request = InputRequest.objects.filter(
-            pk=run.pending_request_id, kind=RequestKind.PAUSE
-        ).first()
-        if request is not None:
-            context = request.context or {}
-            paused = {
-                "state": "paused",
-                "who": _name(str(context.get("paused_by") or "")),
-                "why": request.prompt,
-                "since": clock(request.created_at),
-                "step": context.get("step") or "",
-                "breakpoint": context.get("breakpoint") or "",
-                "request_id": request.id,
-                "checkpoint_id": request.checkpoint_id or "",
-                "expires": clock(request.expires_at) if context.get("expires") else "",
-            }
-    elif run.status == RunStatus.PAUSE_REQUESTED:
-        paused = {
-            "state": "pause_requested",
-            "who": _name(run.pause_actor),
-            "why": run.pause_reason,
-            "since": clock(run.pause_requested_at),
-        }
-    may = user.has_perm(CANCEL)
-    return {
-        "paused": paused,
-        "pausable": can(run.status, "pause") or can(run.status, "pause_live"),
-        "can_pause": may,
-        "pause_key": new_idempotency_key(),
-        "continue_key": new_idempotency_key(),
-    }
 
 
 @dashboard_view(require_view=False)
@@ -181,7 +138,7 @@ def agents_context(user: Actor) -> dict[str, Any]:
     rows = agents_overview()
     for row in rows:
         row["since"] = clock(row["paused_since"])
-        row["paused_by_name"] = _name(row["paused_by"] or "")
+        row["paused_by_name"] = actor_name(row["paused_by"] or "")
         row["statuses"] = [
             (status, label, row["runs_by_status"].get(status, 0))
             for status, label in RunStatus.choices
@@ -209,7 +166,7 @@ def agent_list(request: HtmxHttpRequest) -> HttpResponse:
 def agent_pause_confirm(request: HtmxHttpRequest, name: str) -> HttpResponse:
     """The confirm dialog: how many running attempts will stop and queued runs will wait."""
     if not request.user.has_perm(PAUSE_AGENT):
-        raise PermissionDenied(_("You do not have the pause_agent permission."))
+        raise PermissionDenied(permission_denied_text(PAUSE_AGENT))
     row = next((r for r in agents_context(request.user)["agents"] if r["name"] == name), None)
     if row is None:
         raise Http404("No such agent.")
@@ -221,7 +178,7 @@ def agent_pause_confirm(request: HtmxHttpRequest, name: str) -> HttpResponse:
 def agent_gate(request: HtmxHttpRequest, name: str, action: str) -> HttpResponse:
     """Pause or unpause an agent from the Agents page (``action`` is the URL's)."""
     if not request.user.has_perm(PAUSE_AGENT):
-        raise PermissionDenied(_("You do not have the pause_agent permission."))
+        raise PermissionDenied(permission_denied_text(PAUSE_AGENT))
     back = reverse("agent-list")
     if action not in ("pause", "unpause") or agent_overview(name[:100]) is None:
         raise Http404("No such agent.")
@@ -275,7 +232,7 @@ def paused_rows(user: Actor) -> list[dict[str, Any]]:
             {
                 "request": request,
                 "run": request.run,
-                "who": _name(str(context.get("paused_by") or "")),
+                "who": actor_name(str(context.get("paused_by") or "")),
                 "why": request.prompt,
                 "since": clock(request.created_at),
                 "step": context.get("step") or "",

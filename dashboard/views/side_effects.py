@@ -4,7 +4,8 @@ reconcile and compensate actions.
 The run page fetches the report with ``hx-get`` (``runs`` never imports ``ledger``);
 these views use the run store's selectors and the dashboard's shared helpers, which
 is the direction dependencies point (``ledger -> runs``). Reconciling and compensating
-need ``runs.retry_run``, as in the API: they decide whether a run may go on.
+need ``runs.retry_run``, as in the API: they decide whether a run may go on. The rows
+and the report are built in ``dashboard.pages.side_effects``.
 """
 
 from __future__ import annotations
@@ -24,25 +25,19 @@ from dashboard.actions import (
     HtmxHttpRequest,
     Outcome,
     dashboard_view,
-    new_idempotency_key,
     redirect_after_post,
     safe_next,
     submit_action,
 )
-from dashboard.present import as_text, before_after_diff, parse_time, value_rows
-from dashboard.views.runs import run_context
+from dashboard.pages.side_effects import effect_row, effect_rows, report_context
 from ledger import services
-from ledger.models import Reversibility, SideEffect, SideEffectStatus
+from ledger.models import SideEffect, SideEffectStatus
 from ledger.selectors import (
-    report_for_run,
     side_effect_get_for_user,
     side_effect_rows,
     side_effects_for_run,
     side_effects_for_user,
 )
-from runs.access import Actor
-from runs.agents import run_label
-from runs.models import Run
 from runs.selectors import RETRY, run_get_for_user
 
 S = SideEffectStatus
@@ -51,14 +46,6 @@ TABS = [
     ("all", gettext_lazy("All side effects")),
 ]
 PAGE = 100
-STATUS_TONE = {
-    S.PENDING: "warn",
-    S.UNKNOWN: "warn",
-    S.CONFIRMED: "good",
-    S.FAILED: "neutral",
-    S.COMPENSATED: "neutral",
-    S.COMPENSATION_FAILED: "bad",
-}
 
 
 class ReconcileForm(forms.Form):
@@ -90,91 +77,12 @@ class CompensateForm(forms.Form):
     force = forms.BooleanField(required=False)
 
 
-def _plan(effect_row: dict[str, Any]) -> dict[str, Any] | None:
-    """The planned compensation in human terms: what the target is now, what it will be,
-    and whether something was written on top since (issue 15, point 4)."""
-    effect = SideEffect.objects.filter(pk=effect_row["operation_id"]).first()
-    preview = services.compensation_preview(effect) if effect is not None else None
-    if preview is None:
-        return None
-    name = str(preview.get("document") or effect_row["target"])
-    return {
-        **preview,
-        "diff": before_after_diff(preview.get("now"), preview.get("after"), name),
-    }
-
-
-def _run_label(run_id: str) -> str:
-    found = Run.objects.filter(pk=run_id).values_list("agent", "input").first()
-    return run_label(found[0], found[1], run_id) if found else run_id
-
-
-def _approval_edit_diff(approval: Any) -> list[Any]:
-    """An approval that edited the plan (issue 18): the plan against what was approved."""
-    if not isinstance(approval, dict) or "edited" not in approval:
-        return []
-    return before_after_diff(approval.get("original"), approval["edited"], _("request"))
-
-
-def _row(effect_row: dict[str, Any], *, user: Actor, origin: str, **extra: Any) -> dict[str, Any]:
-    """A side effect as the templates show it, with fresh form keys for its actions."""
-    row = dict(effect_row)
-    row.update(
-        tone=STATUS_TONE.get(row["status"], "neutral"),
-        status_label=str(S(row["status"]).label) if row["status"] in S.values else row["status"],
-        irreversible=row["reversibility"] == Reversibility.IRREVERSIBLE,
-        reversibility_label=(
-            str(Reversibility(row["reversibility"]).label)
-            if row["reversibility"] in Reversibility.values
-            else row["reversibility"]
-        ),
-        compensating_text=as_text(row["compensating_action"]) if row["compensating_action"] else "",
-        compensating_rows=value_rows(row["compensating_action"]),
-        error_text=as_text(row["error"]) if row["error"] else "",
-        result_text=as_text(row["result"]) if row["result"] is not None else "",
-        request_text=as_text(row["request"]) if row["request"] else "",
-        can_act=user.has_perm(RETRY),
-        approval_at=parse_time((row.get("approval") or {}).get("at")),
-        approval_edit_diff=_approval_edit_diff(row.get("approval")),
-        run_label=_run_label(row["run_id"]),
-        reconcile_key=new_idempotency_key(),
-        compensate_key=new_idempotency_key(),
-        origin=origin,
-        form=None,
-        message="",
-        message_level="info",
-    )
-    row.update(extra)
-    if row["can_compensate"] and row["can_act"] and "plan" not in extra:
-        row["plan"] = _plan(effect_row)
-    return row
-
-
-def _rows(effects: list[SideEffect], *, user: Actor, origin: str) -> list[dict[str, Any]]:
-    return [_row(r, user=user, origin=origin) for r in side_effect_rows(effects, user=user)]
-
-
 ORIGINS = ("list", "report", "run")
 
 
 def _origin(value: str | None, default: str = "list") -> str:
     """Where a row is shown: the reconciliation list, the report page, or the run page."""
     return value if value in ORIGINS else default
-
-
-def _report_context(
-    request: HtmxHttpRequest, run_id: str, *, origin: str = "report", **extra: Any
-) -> dict[str, Any]:
-    run = run_get_for_user(user=request.user, run_id=run_id)
-    report = report_for_run(run.id, user=request.user)
-    for group in report["groups"]:
-        group["rows"] = [_row(r, user=request.user, origin=origin) for r in group["rows"]]
-    context = {"run": run, "report": report, "origin": origin, **extra}
-    if origin == "run":
-        # The run page's controls and status change with the ledger (a reconciled effect
-        # lets a retry through): send them along, swapped out of band.
-        context = {**run_context(request, run), **context}
-    return context
 
 
 @dashboard_view()
@@ -189,7 +97,7 @@ def side_effect_list(request: HtmxHttpRequest) -> HttpResponse:
     context = {
         "tab": tab,
         "tabs": TABS,
-        "rows": _rows(effects, user=request.user, origin="list"),
+        "rows": effect_rows(effects, user=request.user, origin="list"),
         "needs_count": needs,
     }
     return render(request, "dashboard/side_effects.html", context)
@@ -201,9 +109,9 @@ def run_report(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     """The run's side-effect report in five groups; a fragment for the run page's hx-get."""
     if request.htmx:
         origin = _origin(request.GET.get("origin"), "report")
-        context = _report_context(request, run_id, origin=origin)
+        context = report_context(request, run_id, origin=origin)
         return render(request, "dashboard/report.html#report-fragment", context)
-    return render(request, "dashboard/report.html", _report_context(request, run_id))
+    return render(request, "dashboard/report.html", report_context(request, run_id))
 
 
 @dashboard_view(require_view=False)
@@ -245,7 +153,7 @@ def _reply(
         return redirect_after_post(safe_next(request, fallback))
     effect.refresh_from_db()
     if origin in ("report", "run"):
-        context = _report_context(
+        context = report_context(
             request,
             effect.run_id,
             origin=origin,
@@ -262,7 +170,7 @@ def _reply(
         return render(
             request, "dashboard/report.html#report-fragment", context, status=outcome.status
         )
-    row = _row(
+    row = effect_row(
         side_effect_rows([effect], user=request.user)[0],
         user=request.user,
         origin="list",
@@ -397,7 +305,7 @@ def _invalid_page(
     message: str,
 ) -> HttpResponse:
     if request.POST.get("origin") in ("report", "run"):
-        context = _report_context(
+        context = report_context(
             request,
             effect.run_id,
             message=message,
@@ -412,7 +320,7 @@ def _invalid_page(
     tab = "needs" if isinstance(form, ReconcileForm) else "all"
     status = "needs_reconciliation" if tab == "needs" else None
     effects = list(side_effects_for_user(user=request.user, status=status)[:PAGE])
-    rows = _rows(effects, user=request.user, origin="list")
+    rows = effect_rows(effects, user=request.user, origin="list")
     for row in rows:
         if row["operation_id"] == effect.operation_id:
             row.update(form=form, message=message, message_level="error")

@@ -24,7 +24,8 @@ from dashboard.actions import (
 from dashboard.forms import PreapprovalForm
 from dashboard.schema_forms import SchemaForm
 from runs import services
-from runs.agents import AgentSpec, all_agent_specs
+from runs.agents import AgentSpec, all_agent_specs, approval_policy_for
+from runs.approvals import why_not_preapprove
 from runs.errors import HoldpointError
 from runs.schemas import compile_schema
 from runs.selectors import APPROVE, START
@@ -62,6 +63,13 @@ def run_start(request: HtmxHttpRequest) -> HttpResponse:
     may_preapprove = request.user.has_perm(APPROVE)
     preapproval = PreapprovalForm(request.POST if request.method == "POST" else None)
     context["preapproval"] = preapproval if may_preapprove else None
+    if may_preapprove:
+        # The agent's approval policy may not let this person approve their own run: say
+        # why instead of offering a field the service would refuse.
+        why = why_not_preapprove(approval_policy_for(spec.name)[0], request.user)
+        if why is not None:
+            context["preapproval"] = None
+            context["preapproval_blocked"] = why.detail
     if request.method == "GET":
         return render(request, "dashboard/run_start.html", context)
     if not preapproval.is_valid():

@@ -167,7 +167,9 @@
 
   // --- Told while away: a count in the tab title and a browser notification (issue 18). ----
   // Only while the tab is in the background and the person has not switched it off on their
-  // profile; the live socket keeps the inbox badge current, this reads it.
+  // profile; the live socket keeps the inbox badge current, this reads it. The notification
+  // says what is asked and the run's label (the server makes each one short line of plain
+  // text, dashboard/views/notice.py), and clicking it opens that request's card.
   var baseTitle = document.title;
   var shownCount = null;
   function badgeCount() {
@@ -186,13 +188,35 @@
     if (!document.hidden || !wantsBrowser()) return;
     document.title = n > 0 ? "(" + n + ") " + baseTitle : baseTitle;
     if (grew && "Notification" in window && window.Notification.permission === "granted") {
-      var text = document.body.dataset.notifyText || gettext("Holdpoint: {} waiting for a person");
-      try {
-        new window.Notification(text.replace("{}", String(n)), { tag: "holdpoint-inbox" });
-      } catch (e) {
-        /* Some browsers only notify from a service worker: the title still counts. */
-      }
+      newest().then(function (notice) { notify(notice, n); });
     }
+  }
+  // The newest request this person may act on ({title, body, url}), or null.
+  function newest() {
+    var url = document.body.dataset.notifyUrl;
+    if (!url || typeof fetch !== "function") return Promise.resolve(null);
+    return fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (response) { return response.status === 200 ? response.json() : null; })
+      .catch(function () { return null; });
+  }
+  function notify(notice, n) {
+    var generic = document.body.dataset.notifyText || gettext("Holdpoint: {} waiting for a person");
+    var title = notice && notice.title ? String(notice.title) : generic.replace("{}", String(n));
+    var options = { tag: "holdpoint-inbox" };
+    if (notice && notice.body) options.body = String(notice.body);
+    // Only a link of this site: the card's own page.
+    var url = notice && typeof notice.url === "string" && notice.url.charAt(0) === "/" && notice.url.charAt(1) !== "/" ? notice.url : null;
+    var note;
+    try {
+      note = new window.Notification(title, options);
+    } catch (e) {
+      return; /* Some browsers only notify from a service worker: the title still counts. */
+    }
+    note.onclick = function () {
+      window.focus();
+      if (url) window.location.assign(url);
+      if (typeof note.close === "function") note.close();
+    };
   }
   document.addEventListener("htmx:oobAfterSwap", onBadge);
   document.addEventListener("visibilitychange", function () {
@@ -384,7 +408,14 @@
   function openFromHash() {
     var id = window.location.hash.slice(1);
     var row = id && id.indexOf("request-") === 0 && document.getElementById(id);
-    if (row && row.classList.contains("inbox-row")) openRow(row, false);
+    if (!row || !row.classList.contains("inbox-row")) return;
+    // The card the link names is the one the person came for: it opens in place of the
+    // one the page opened first (the most urgent), not beside it.
+    document.querySelectorAll("#inbox-list details.row-details[data-opened-first]").forEach(function (other) {
+      if (!row.contains(other)) other.open = false;
+      other.removeAttribute("data-opened-first");
+    });
+    openRow(row, false);
   }
   window.addEventListener("hashchange", openFromHash);
   if (document.readyState === "loading") {
@@ -432,7 +463,16 @@
       return response.text();
     }).then(function (html) {
       var live = document.querySelector(target);
-      if (live) htmx.swap(live, html, { swapStyle: "outerHTML" }, { contextElement: document.body });
+      if (!live) return;
+      // The person's own confirmation ("Marked as not happened.") came in the reply to
+      // their click; the push that the same change sent redraws the part without it. Keep
+      // it: a redraw must not take away what a person was just told.
+      var told = live.querySelector(":scope > .flash[role='status']");
+      htmx.swap(live, html, { swapStyle: "outerHTML" }, { contextElement: document.body });
+      var redrawn = document.querySelector(target);
+      if (told && redrawn && !redrawn.querySelector(":scope > .flash")) {
+        redrawn.insertBefore(told, redrawn.firstChild);
+      }
     }).catch(function (error) {
       var text = document.body.dataset.errorText || gettext("That did not work ({}). Reload the page and try again.");
       showProblem(text.replace("{}", error && error.message ? error.message : ""));

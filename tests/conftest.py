@@ -123,6 +123,15 @@ def _claim_listener_closed() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _fresh_worker_contacts() -> None:
+    # The process remembers which workers it wrote lately (runs/services/workers.py); the
+    # rows of the last test were rolled back, so it must forget them too.
+    from runs.services.workers import forget_contacts
+
+    forget_contacts()
+
+
+@pytest.fixture(autouse=True)
 def test_agent() -> Iterator[AgentSpec]:
     spec = AgentSpec(
         name=TEST_AGENT,

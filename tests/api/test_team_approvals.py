@@ -93,7 +93,7 @@ def test_an_approval_with_edits_records_the_original_the_edit_and_who(approver) 
     answered = RunEvent.objects.get(run=run, type="request.answered")
     assert answered.payload["original"] == EDITABLE["value"]
     assert answered.payload["answer"]["edited"] == edited
-    assert answered.payload["edited_by"] == "user:alice"
+    assert answered.payload["edited_by"] == "alice"
     shown = client_for(approver).get(f"/api/runs/{run.pk}/events").json()
     assert any(e["type"] == "request.answered" and e["payload"]["original"] for e in shown)
 

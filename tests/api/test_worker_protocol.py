@@ -15,6 +15,7 @@ from runs import services
 from runs.models import AgentVersion, Attempt, DeclaredAgent, Run, RunEvent
 from tests.api.conftest import client_for, post, worker_client
 from tests.runs.factory import snapshot, start
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -360,3 +361,72 @@ def test_a_remote_agent_declares_who_may_approve_and_how_many(wclient, operator)
     bad = declare(wclient, "triage", {**TRIAGE, "approval_policy": {"required": 0}})
     assert bad.status_code == 422 and bad.json()["code"] == "invalid_input"
     assert approval_policy_for("triage")[0]["required"] == 2  # the refused one changed nothing
+
+
+def test_a_runs_representation_names_its_agents_version(wclient, operator) -> None:
+    """Issue 25, point 3: ``GET /api/runs/{id}`` carries ``agent_version``."""
+    declare(wclient, "triage", TRIAGE)
+    first = services.run_start(agent="triage", input={"ticket": "T-1"})
+    declare(
+        wclient, "triage", {**TRIAGE, "input_schema": {"ticket": "string", "urgent": "boolean?"}}
+    )
+    second = services.run_start(agent="triage", input={"ticket": "T-2"})
+    person = client_for(operator)
+    assert person.get(f"/api/runs/{first.pk}").json()["agent_version"] == 1
+    assert person.get(f"/api/runs/{second.pk}").json()["agent_version"] == 2
+    assert person.get(f"/api/runs/{start().pk}").json()["agent_version"] is None  # a Python agent
+
+
+@pytest.mark.django_db(transaction=True)
+def test_waiting_claims_are_capped_per_token_and_per_address(settings) -> None:
+    """Issue 25, point 8: one token held 150 waiting claims (150 threads, ~150 claim
+    queries a second). Past the cap a claim is answered 429 with Retry-After at once, and
+    claims that do not wait, or of another token, still go through."""
+    from api.worker_protocol import waiting_claims
+    from runs.wakeups import waiter
+
+    settings.HOLDPOINT_WAITING_CLAIMS_PER_TOKEN = 2
+    settings.HOLDPOINT_WAITING_CLAIMS_PER_ADDRESS = 3
+    greedy, other, third = worker_client("greedy"), worker_client("other"), worker_client("third")
+    got: list[int] = []
+
+    def poll(worker: APIClient) -> None:
+        from django.db import connection
+
+        try:
+            got.append(
+                post(worker, "/api/worker/claim", {"worker_id": "g", "wait": 30}).status_code
+            )
+        finally:
+            connection.close()
+
+    def waiting(key: str) -> int:
+        return waiting_claims._counts.get(key, 0)
+
+    threads = [threading.Thread(target=poll, args=(w,)) for w in (greedy, greedy, other)]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_for(
+            lambda: waiting("address:127.0.0.1") >= 3,
+            60,
+            "three long polls",
+            give_up=True,  # the next line says which are missing
+        )
+        assert (waiting("token:greedy"), waiting("token:other")) == (2, 1)
+        refused = post(greedy, "/api/worker/claim", {"worker_id": "g", "wait": 30})
+        assert refused.status_code == 429 and refused.json()["code"] == "throttled"
+        assert int(refused["Retry-After"]) >= 1
+        assert "worker token" in refused.json()["detail"]
+        # The address is full too: a third token waiting from it is refused as well.
+        by_address = post(third, "/api/worker/claim", {"worker_id": "t", "wait": 30})
+        assert by_address.status_code == 429 and "address" in by_address.json()["detail"]
+        # A claim that does not wait is never refused for the cap.
+        assert post(greedy, "/api/worker/claim", {"worker_id": "g"}).status_code == 204
+    finally:
+        waiter.release_waiters()
+        for thread in threads:
+            thread.join(30)
+        waiter.shutting_down.clear()
+    assert got == [204, 204, 204]
+    assert waiting("token:greedy") == waiting("address:127.0.0.1") == 0

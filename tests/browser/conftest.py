@@ -74,6 +74,10 @@ def _expected_error(text: str) -> bool:
     return bool(re.search(r"status of (400|409|422)", text))
 
 
+# Marks a page when htmx's ws extension has opened its socket (``socket_open``).
+SOCKET_MARK = 'document.addEventListener("htmx:wsOpen", function () { window.__wsOpen = true; });'
+
+
 @pytest.fixture
 def new_page(browser: Any, live_server: Any) -> Iterator[Any]:
     """A factory of pages, each in its own browser context (own cookies: own session)."""
@@ -90,6 +94,8 @@ def new_page(browser: Any, live_server: Any) -> Iterator[Any]:
         )
         context.set_default_timeout(10_000)
         contexts.append(context)
+        # Every page marks when its live socket opens (``socket_open``).
+        context.add_init_script(SOCKET_MARK)
         page = context.new_page()
         page.on("console", problems.console)
         page.on("pageerror", problems.page_error)
@@ -115,6 +121,12 @@ def login(page: Any, username: str) -> None:
     page.fill("#id_password", f"pw-{username}")
     page.click("button[type=submit]")
     page.wait_for_url(re.compile(r".*/$"))
+
+
+def socket_open(page: Any) -> None:
+    """Wait until the page's live socket is open (so the server has joined its groups): a
+    change made before that would be pushed to nobody and the page would never show it."""
+    page.wait_for_function("() => window.__wsOpen === true")
 
 
 def shot(page: Any, name: str) -> None:

@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
-from dashboard.views.inbox import PAGE
+from dashboard.pages.inbox import PAGE
 from runs.models import InputRequest
 from tests.browser.conftest import login
 from tests.dashboard.support import ask, more_pending

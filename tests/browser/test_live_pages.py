@@ -13,7 +13,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from tests.browser.conftest import login, shot
 from tests.dashboard.support import ask
 from tests.live.agents import QUESTION
 from tests.runs.factory import claim, epochs, start
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -50,10 +50,7 @@ def status(page: Any, run_id: str) -> Any:
 
 def wait_until(page: Any, predicate: Any, timeout: float, what: str) -> None:
     """Poll while Playwright dispatches its events (a route handler runs only then)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        page.wait_for_timeout(50)
+    wait_for(predicate, timeout, what, sleep=lambda seconds: page.wait_for_timeout(seconds * 1000))
 
 
 # --- A worker in another process, three people in three browsers --------------------------

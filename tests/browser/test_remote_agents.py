@@ -25,7 +25,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from runs import services
 from runs.models import InputRequest, Run, RunEvent
 from runs.tokens import worker_token_create
 from tests.browser.conftest import login, open_request, shot
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.process, pytest.mark.django_db(transaction=True)]
 
@@ -85,10 +85,12 @@ def remote(live_server: Any, tool_dir: Path, tmp_path: Path) -> Iterator[Callabl
             stderr=subprocess.STDOUT,
         )
         procs.append(proc)
-        deadline = time.monotonic() + 30
-        while "serving" not in log.read_text():
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
+
+        def serving() -> bool:
+            assert proc.poll() is None, log.read_text()
+            return "serving" in log.read_text()
+
+        wait_for(serving, 30, f"{name} to serve", interval=0.1)
         return proc
 
     yield start
@@ -99,14 +101,11 @@ def remote(live_server: Any, tool_dir: Path, tmp_path: Path) -> Iterator[Callabl
 
 
 def settle(predicate: Callable[[], Any], what: str, timeout: float = 40) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def swept() -> Any:
         services.sweep_all()
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+        return predicate()
+
+    return wait_for(swept, timeout, what, interval=0.1)
 
 
 def pending(run_id: str, kind: str) -> InputRequest:
@@ -206,7 +205,8 @@ def test_a_python_client_run_is_cancelled_and_another_paused_from_the_browser(
     page: Any, operator: User, remote: Any
 ) -> None:
     remote("py", "py-loops")
-    services.agent_declare(name="remote-loop", actor="test")  # declared by the worker too
+    # Declared by the worker too, with its token: an owner of the agent.
+    services.agent_declare(name="remote-loop", actor="test", owners=["browser-remote"])
     # Slow steps: the run page is re-rendered live at every checkpoint, and an open
     # dialog goes with it.
     cancelled = services.run_start(agent="remote-loop", input={"pause": 5}, user=operator).id

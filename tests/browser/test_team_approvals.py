@@ -24,7 +24,7 @@ from ledger.notifications import notifications_send
 from runs import services
 from runs.approvals import parse_policy
 from runs.models import AgentApprovalPolicy, InputRequest, Notification
-from tests.browser.conftest import login, open_request, shot
+from tests.browser.conftest import login, open_request, shot, socket_open
 from tests.conftest import _user
 from tests.dashboard.support import ask
 from tests.runs.factory import AGENT, claim, epochs
@@ -64,21 +64,24 @@ def test_two_approvers_and_an_edit_made_before_approving(new_page: Any, approver
     # Said as she types, before anything is sent.
     expect(diff).to_contain_text("Changed from what is planned: TTL: 3600 → 1800")
     shot(alice, "issue18-edit-before-approving")
-    card.get_by_role("button", name="Approve and run update_auth_config").click()
+    # The first of two approvals: the button says so (issue 24).
+    card.get_by_role("button", name="Approve update_auth_config (1 of 2)").click()
     expect(card).to_contain_text("Approval recorded. It needs 1 more approval")
-    expect(card.locator("[data-approvals]")).to_contain_text("1 of 2 approvals: alice")
+    expect(card.locator("[data-approvals]")).to_contain_text("1 of 2 approvals")
+    expect(card.locator("[data-decisions]")).to_contain_text("You approved with an edit")
     expect(card.locator("[data-approve-blocked]")).to_contain_text("You already approved this")
     assert InputRequest.objects.get(pk=req.id).edited == {"ttl": 1800}
 
     bob = new_page()
     login(bob, "bob")
     card = open_request(bob, req.id)
-    expect(card.locator("[data-approvals]")).to_contain_text("1 of 2 approvals: alice")
+    expect(card.locator("[data-approvals]")).to_contain_text("1 of 2 approvals")
+    expect(card.locator("[data-decisions]")).to_contain_text("alice approved with an edit")
     expect(card.locator("[data-edit-shown]")).to_contain_text("Edited by alice")
     expect(card.locator("[data-edit-shown]")).to_contain_text("1800")
     shot(bob, "issue18-second-approver")
     card.get_by_role("button", name="Approve and run update_auth_config").click()
-    expect(card).to_contain_text("Approved with edits by bob")
+    expect(card).to_contain_text("Approved with edits by alice and bob")
     expect(card.locator("[data-edit-decided]")).to_contain_text("1800")
     req.refresh_from_db()
     assert req.status == "answered"
@@ -113,7 +116,6 @@ window.__notes = [];
 window.Notification = function (title) { window.__notes.push(title); };
 window.Notification.permission = "granted";
 window.Notification.requestPermission = function () { return Promise.resolve("granted"); };
-document.addEventListener("htmx:wsOpen", function () { window.__wsOpen = true; });
 """
 
 
@@ -126,7 +128,7 @@ def test_a_background_tab_counts_in_its_title_and_shows_a_notification(
     page.add_init_script(BACKGROUND_TAB)
     login(page, "alice")
     page.goto("/profile/")
-    page.wait_for_function("() => window.__wsOpen === true")
+    socket_open(page)
     title = page.title()
     page.evaluate(
         "() => { window.__hidden = true; document.dispatchEvent(new Event('visibilitychange')); }"
@@ -134,7 +136,11 @@ def test_a_background_tab_counts_in_its_title_and_shows_a_notification(
     ask(kind="auth_required", action=ACTION)
     expect(page.locator("#inbox-count")).to_have_text("1")
     expect(page).to_have_title("(1) " + title)
-    assert page.evaluate("() => window.__notes") == ["Holdpoint: 1 waiting for a person"]
+    # What is asked (tests/browser/test_notifications.py: the run's label, and the card).
+    page.wait_for_function("() => window.__notes.length === 1")
+    assert page.evaluate("() => window.__notes") == [
+        "Update staging/auth/config via update_auth_config"
+    ]
     # Back in front: the title is plain again, and nothing more is shown.
     page.evaluate(
         "() => { window.__hidden = false; document.dispatchEvent(new Event('visibilitychange')); }"
@@ -152,7 +158,7 @@ def test_no_browser_notification_for_a_person_who_switched_it_off(
     page.add_init_script(BACKGROUND_TAB)
     login(page, "alice")
     page.goto("/profile/")
-    page.wait_for_function("() => window.__wsOpen === true")
+    socket_open(page)
     title = page.title()
     page.evaluate(
         "() => { window.__hidden = true; document.dispatchEvent(new Event('visibilitychange')); }"
@@ -199,6 +205,9 @@ def test_the_person_who_started_the_run_sees_why_they_may_not_approve_it(
 
     alice = new_page()
     login(alice, "alice")
+    # Not hers to approve: under All pending, not Needs me (issue 24).
+    expect(alice.locator("#inbox-count")).to_have_text("0")
+    alice.goto("/?tab=all")
     card = open_request(alice, req.id)
     blocked = card.locator("[data-approve-blocked]")
     expect(blocked).to_contain_text(
@@ -250,6 +259,9 @@ def test_a_person_outside_the_policys_groups_sees_why_and_a_member_decides(
 
     alice = new_page()
     login(alice, "alice")
+    # Not hers to approve: under All pending, not Needs me (issue 24).
+    expect(alice.locator("#inbox-count")).to_have_text("0")
+    alice.goto("/?tab=all")
     card = open_request(alice, req.id)
     expect(card.locator(".who-can")).to_contain_text(
         "Only members of release-managers may decide this approval. Who may approve: dave."

@@ -82,6 +82,26 @@ def test_a_reviewed_tool_call_accepted_runs_once_with_its_arguments(
     assert nodes(tool_dir).count("call_llm") == 1
 
 
+def test_a_node_with_an_interrupt_runs_three_times_per_review_and_its_neighbours_once(
+    graphs, operator, approver, tool_dir: Path
+) -> None:
+    """Why three (docs/agents.md, LangGraph graphs): the first attempt runs the node to its
+    interrupt and asks. The attempt after the answer runs it again to its interrupt, to
+    compare what it asks now with what the approval showed (an approval covers exactly the
+    call it showed; a node may plan differently on a re-run), then LangGraph resumes it
+    with the answer, which runs it from its start a third time. The nodes around it run
+    once each."""
+    run_id = review_run(operator)
+    card = wait_pending(run_id, "auth_required")
+    assert nodes(tool_dir).count("human_review") == 1  # up to the interrupt, then asked
+    answer(run_id, card, {"decision": "approve"}, approver)
+    wait_status(run_id, "succeeded")
+    assert nodes(tool_dir).count("human_review") == 3
+    assert nodes(tool_dir).count("call_llm") == 1
+    assert nodes(tool_dir).count("run_tool") == 1
+    assert len(executions(tool_dir)) == 1
+
+
 def test_an_edited_tool_call_runs_with_the_edited_arguments(
     graphs, operator, approver, tool_dir
 ) -> None:

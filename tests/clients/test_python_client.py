@@ -11,7 +11,6 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -284,9 +283,10 @@ def test_a_frozen_worker_never_acts_on_its_stale_lease(spawn, operator, tool_dir
 def test_a_lease_taken_over_is_refused_before_the_act(live_api, token, operator, tool_dir) -> None:
     """The fence, seen from the client: a step of a lease that ran out and was claimed
     again unwinds at its side effect's intent (stale_worker), and its tool never runs."""
-    from holdpoint_client import Api
+    from holdpoint_client import Agent, Api
     from holdpoint_client.context import Context
-    from holdpoint_client.control import AttemptControl, LeaseLost
+    from holdpoint_client.control import LeaseLost
+    from holdpoint_client.remote import HttpBackend, RemoteControl
 
     from tests.clients.agents import FolderTool
 
@@ -303,26 +303,30 @@ def test_a_lease_taken_over_is_refused_before_the_act(live_api, token, operator,
     _, new = api.call("POST", "/api/worker/claim", {"worker_id": "new", "lease_seconds": 30})
     assert new["run_id"] == run_id and new["lease_epoch"] > old["lease_epoch"]
 
-    control = AttemptControl(api, {**old, "lease_seconds": 30}, threading.Event())
+    agent = Agent(name="remote-wait-act", tools=[FolderTool()])
+    control = RemoteControl(api, {**old, "lease_seconds": 30}, threading.Event())
     ctx = Context(
-        control=control,
-        tools={"folder": FolderTool()},
-        approval_policy={},
+        backend=HttpBackend(agent, control),
         step="wait_then_act",
         checkpoint_id="",
         answers={},
         resumed=False,
-        cost_before=Decimal(0),
-        cost_budget=None,
     )
     with pytest.raises(LeaseLost):
         ctx.side_effect("folder", "target", {"from": "old"})
     assert executions(tool_dir) == []
     assert not SideEffect.objects.filter(run_id=run_id).exists()
     # And a lease not renewed for its length is not acted on, even before the server says so.
-    control = AttemptControl(api, new, threading.Event())
-    control.renewed_at -= new["lease_seconds"]
-    ctx._control = control  # the same step, now with the new lease gone quiet
+    control = RemoteControl(api, new, threading.Event())
+    control.trusted_until -= new["lease_seconds"]
+    # The same step, now with the new lease gone quiet.
+    ctx = Context(
+        backend=HttpBackend(agent, control),
+        step="wait_then_act",
+        checkpoint_id="",
+        answers={},
+        resumed=False,
+    )
     with pytest.raises(LeaseLost):
         ctx.side_effect("folder", "target", {"from": "new"})
     assert executions(tool_dir) == []
@@ -336,7 +340,7 @@ def test_the_worker_reconnects_when_the_server_comes_back(
     from tests.live.server import free_port
 
     port = free_port()
-    services.agent_declare(name="remote-loop", actor="test")
+    services.agent_declare(name="remote-loop", actor="test", owners=["py-client"])
     w = Worker(
         f"http://127.0.0.1:{port}", token, AGENTS, lease_seconds=LEASE, wait=1.0, declare=False
     )

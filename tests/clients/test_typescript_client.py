@@ -10,13 +10,11 @@ expired leases while they run (the live server runs no workers or sweepers).
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import threading
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.db import connection
 from rest_framework.authtoken.models import Token
@@ -26,21 +24,9 @@ from runs.groups import ensure_default_groups
 from runs.models import Run
 from runs.tokens import worker_token_create
 from tests.clients.conftest import LiveServer, executions
+from tests.clients.node import CLIENT, build
 
 pytestmark = [pytest.mark.postgres, pytest.mark.process, pytest.mark.django_db(transaction=True)]
-
-CLIENT = Path(settings.BASE_DIR) / "clients" / "typescript"
-
-
-def build() -> None:
-    npm = shutil.which("npm")
-    if npm is None:
-        if os.environ.get("CI"):
-            pytest.fail("Node and npm are needed for the TypeScript client's tests")
-        pytest.skip("Node and npm are not installed")
-    if not (CLIENT / "node_modules" / "typescript").exists():
-        subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=CLIENT, check=True)
-    subprocess.run([npm, "run", "build"], cwd=CLIENT, check=True)
 
 
 class Sweeper(threading.Thread):

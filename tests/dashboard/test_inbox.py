@@ -283,18 +283,17 @@ def test_it_approves_and_denies_with_the_verb_and_target_on_the_buttons(
 
 
 def test_it_denies_with_a_reason(client: Client, approver: User) -> None:
-    _run, _lease, _cp, req = ask(
-        kind="auth_required", action={"tool": "webhook", "reversibility": "compensable"}
-    )
+    # The config store can restore a version: the server knows it can be undone.
+    _run, _lease, _cp, req = ask(kind="auth_required", action={"tool": "config_store"})
     client.force_login(approver)
     card = card_html(client.get("/").content.decode(), req.id)
-    assert "Approve and run <bdi>webhook</bdi>" in card and "btn-primary" in card
+    assert "Approve and run <bdi>config_store</bdi>" in card and "btn-primary" in card
     assert "Can be undone" in card
     response = answer(client, req, {"decision": "deny", "comment": "wrong week"})
     assert response.status_code == 303
     req.refresh_from_db()
     assert req.answer == {"decision": "deny", "comment": "wrong week"}
-    assert "Denied. The run is told not to run webhook." in client.get("/").content.decode()
+    assert "Denied. The run is told not to run config_store." in client.get("/").content.decode()
     answered = client.get("/?tab=answered").content.decode()
     assert "Denied by alice at" in answered and "wrong week" in answered
 

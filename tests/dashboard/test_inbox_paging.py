@@ -13,7 +13,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from dashboard.views.inbox import PAGE
+from dashboard.pages.inbox import PAGE
 from runs.models import InputRequest
 from tests.dashboard.support import HTMX, more_pending
 from tests.runs.factory import interrupted

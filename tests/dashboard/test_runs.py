@@ -56,9 +56,9 @@ def test_it_lists_runs_newest_first_with_counts_per_status(client: Client, viewe
 def test_tab_counts_stop_at_a_cap_instead_of_scanning_every_run(
     client: Client, viewer: User, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dashboard.views import runs as runs_views
+    from dashboard.pages import runs as run_pages
 
-    monkeypatch.setattr(runs_views, "COUNT_CAP", 2)
+    monkeypatch.setattr(run_pages, "COUNT_CAP", 2)
     for _ in range(3):
         start()
     interrupted()

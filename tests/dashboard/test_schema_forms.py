@@ -321,3 +321,83 @@ def test_it_escapes_slashes_in_property_names_in_pointers_and_names() -> None:
     assert field.errors == ["This field is required."]
     form = SchemaForm(schema, post([("answer/a~1b", "v")]))
     assert form.is_valid() and form.value == {"a/b": "v"}
+
+
+# --- Values an agent names: an enum array, a pattern (issue 24, point 5) ---------------------
+
+VERSIONS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "accepted_versions": {
+            "type": "array",
+            "items": {"type": "string", "enum": ["v1", "v2", "v3"]},
+            "uniqueItems": True,
+            "minItems": 1,
+        }
+    },
+    "required": ["accepted_versions"],
+    "additionalProperties": False,
+}
+
+
+def test_it_renders_an_enum_array_as_checkboxes_with_the_plan_ticked() -> None:
+    form = SchemaForm(VERSIONS, initial={"accepted_versions": ["v2", "v3"]})
+    [field] = form.fields()
+    assert (field.widget, field.required) == ("checkboxes", True)
+    assert [c.label for c in field.choices] == ["v1", "v2", "v3"]
+    assert field.shown == {"1", "2"}
+    form = SchemaForm(
+        VERSIONS, post([("answer/accepted_versions", "2"), ("answer/accepted_versions", "0")])
+    )
+    assert form.is_valid() and form.value == {"accepted_versions": ["v1", "v3"]}
+
+
+def test_it_refuses_a_value_outside_the_enum_and_keeps_the_choices() -> None:
+    # A browser sends the options' tokens; a crafted or stale form may send anything.
+    for sent in (["0", "7"], ["0", "v9"]):
+        form = SchemaForm(VERSIONS, post([("answer/accepted_versions", t) for t in sent]))
+        assert not form.is_valid()
+        [field] = form.fields()
+        assert field.errors == ["Choose among the options."]
+        assert "0" in field.shown  # v1 stays ticked
+
+
+def test_it_refuses_an_empty_enum_array_because_required_means_not_empty() -> None:
+    form = SchemaForm(VERSIONS, post([]))
+    assert not form.is_valid()
+    assert form.fields()[0].errors == ["This field is required."]
+
+
+def test_it_names_the_list_value_a_pattern_or_an_enum_refuses_and_keeps_the_values() -> None:
+    schema = compile_schema(
+        {
+            "type": "object",
+            "properties": {
+                "versions": {
+                    "type": "array",
+                    "items": {
+                        "type": "string",
+                        "pattern": "^v[0-9]+$",
+                        "description": "a version like v2",
+                    },
+                    "uniqueItems": True,
+                }
+            },
+            "required": ["versions"],
+        }
+    )
+    form = SchemaForm(schema, post([("answer/versions", "v1"), ("answer/versions", "x9")]))
+    assert not form.is_valid()
+    [field] = form.fields()
+    assert field.errors == ["“x9”: Must be: a version like v2."]
+    assert field.shown[:2] == ["v1", "x9"]
+    form = SchemaForm(schema, post([("answer/versions", "v1\nv1")]))
+    assert not form.is_valid()
+    assert form.fields()[0].errors == ["Each item must be different."]
+    # The service's own refusal of one value (an enum it checks, a stale form) names it too.
+    form = SchemaForm(
+        VERSIONS, post([("answer/accepted_versions", "0"), ("answer/accepted_versions", "2")])
+    )
+    assert form.is_valid()
+    form.add_errors([{"pointer": "/accepted_versions/1", "message": "not an option any more"}])
+    assert form.fields()[0].errors == ["“v3”: not an option any more"]

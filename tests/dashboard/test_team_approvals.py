@@ -75,7 +75,9 @@ def test_approving_with_an_edit_from_the_card_records_it_and_shows_the_diff(
     body = text(response)
     assert "Approved with edits." in body
     assert "Approved with edits by alice" in body
-    assert "data-edit-decided" in body and '"ttl": 1800' in body and '"ttl": 3600' in body
+    # One diff: the change as it was approved (7200 → 1800), and the edit in a line.
+    assert "data-edit-decided" in body and "ttl: 3600 → 1800" in body
+    assert "+ ttl: 1800" in body and body.count('class="diff"') == 1
     req.refresh_from_db()
     assert req.answer == {"decision": "approve", "edited": {"ttl": 1800, "note": "rotate"}}
 
@@ -122,13 +124,14 @@ def test_the_card_counts_approvals_and_names_who_else_may_decide(
     assert response.status_code == 200
     body = text(response)
     assert "Approval recorded. It needs 1 more approval" in body
-    assert "1 of 2 approvals: alice " in body
-    # Alice may not approve twice; the card says why, and who may.
+    assert "1 of 2 approvals" in body and "You approved " in body and "“<bdi>ok</bdi>”" in body
+    # Alice may not approve twice; the card says why, and who may, and offers no button.
     assert "You already approved this" in body and "Who may approve: bob" in body
-    assert "data-approve-blocked" in body
+    assert "data-approve-blocked" in body and 'value="approve"' not in body
     client.force_login(bob)
-    card = card_html(client.get("/").content.decode(), req.id)
-    assert "1 of 2 approvals: alice " in card and "data-approve-blocked" not in card
+    card = text_of(card_html(client.get("/").content.decode(), req.id))
+    assert "1 of 2 approvals" in card and "alice approved " in card and "“<bdi>ok</bdi>”" in card
+    assert "data-approve-blocked" not in card
 
 
 def test_a_person_the_policy_keeps_out_sees_why(client: Client, approver: User) -> None:
@@ -157,7 +160,9 @@ def test_a_member_of_no_allowed_group_sees_disabled_buttons_and_the_groups(
 ) -> None:
     req = approval({"groups": ["release-managers"]})
     client.force_login(approver)
-    card = text_of(card_html(client.get("/").content.decode(), req.id))
+    # Not theirs to decide: under All pending, not Needs me.
+    assert req.id not in client.get("/").content.decode()
+    card = text_of(card_html(client.get("/?tab=all").content.decode(), req.id))
     assert "Only members of release-managers may decide this approval." in card
 
 
@@ -166,7 +171,7 @@ def test_a_live_push_for_one_person_says_why_too(approver: User) -> None:
     ``groups``): it says why as the page does, instead of "could not be shown"."""
     from django.contrib.auth.models import Group
 
-    from dashboard.views.cards import build_card
+    from dashboard.pages.cards import build_card
     from live.roles import Person, Role
 
     dave = _user("dave", "approver")

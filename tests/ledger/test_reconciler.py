@@ -166,6 +166,34 @@ def same_name() -> Iterator[Elsewhere]:
     unregister_tool(tool.name)
 
 
+class Broken(Elsewhere):
+    """A tool whose look-up has a bug: it raises something no tool should."""
+
+    def lookup(self, idempotency_key: str) -> None:
+        self.asked.append(idempotency_key)
+        raise KeyError("HOLDPOINT_CONFORMANCE_DIR")
+
+
+def test_a_tool_whose_look_up_raises_leaves_its_key_unknown_and_the_sweep_goes_on(
+    receiver: Receiver,
+) -> None:
+    broken = Broken("broken-look-up")
+    register_tool(broken)  # type: ignore[arg-type]
+    try:
+        start(approvals=["deploy"])
+        lease = claim()
+        first = begin(lease, step="apply", tool="broken-look-up", target="t", request={"v": 1})
+        second = begin(lease, step="deploy", request=hook(receiver))
+        lose_lease(lease)
+        # The broken tool's key stays pending; the other key behind it is still settled.
+        assert services.sweep_all().other["side_effects"] == 1
+    finally:
+        unregister_tool(broken.name)
+    assert broken.asked == [first.idempotency_key]
+    assert SideEffect.objects.get(pk=first.operation_id).status == "pending"
+    assert SideEffect.objects.get(pk=second.operation_id).status == "failed"
+
+
 def test_a_remote_agents_effect_is_never_asked_of_a_same_named_tool_of_the_server(
     same_name: Elsewhere,
 ) -> None:

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from typing import Any
 
 from channels.layers import get_channel_layer
 from django.test.utils import modify_settings
+
+from tests.waiting import wait_for
 
 HOST = "127.0.0.1"
 
@@ -95,9 +96,12 @@ def wait_until_no_loop_receives(seconds: float = 10.0) -> None:
     and one that was reconnecting may open just before.
     """
     layer = get_channel_layer()
-    deadline = time.monotonic() + seconds
-    while getattr(layer, "receive_count", 0) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(
+        lambda: not getattr(layer, "receive_count", 0),
+        seconds,
+        "the last loop to stop receiving",
+        give_up=True,
+    )
 
 
 def own_channel_layer() -> None:

@@ -13,8 +13,8 @@ from django.db import transaction
 
 from live import broadcast
 from runs import services
-from runs.events import append_event
-from runs.models import Run
+from runs.events import Changes, append_event
+from runs.models import Run, RunEvent
 from tests.live.conftest import db, run
 from tests.runs.factory import interrupted, start
 
@@ -22,8 +22,9 @@ from tests.runs.factory import interrupted, start
 # and the set-up is committed (its push sent) before the block under test.
 
 
-def batches(callbacks: list[Any]) -> list[broadcast.Batch]:
-    return [c for c in callbacks if isinstance(c, broadcast.Batch)]
+def batches(callbacks: list[Any]) -> list[Changes]:
+    """The run store's after-commit publishing, one per committed transaction."""
+    return [c for c in callbacks if isinstance(c, Changes)]
 
 
 def log_line(run: Run, text: str) -> None:
@@ -100,8 +101,15 @@ def test_it_schedules_nothing_for_a_rolled_back_savepoint(
 
 
 def test_a_message_is_ids_only_and_survives_json() -> None:
-    message = broadcast.message_for(["run_1", "run_2"], ["run_2"])
-    assert set(message) == {"type", "run_ids", "request_run_ids", "push_id"}
+    message = broadcast.message_for(["run_1", "run_2"], ["run_2"], ["7"], ["deploy"])
+    assert set(message) == {
+        "type",
+        "run_ids",
+        "request_run_ids",
+        "worker_ids",
+        "agents",
+        "push_id",
+    }
     assert json.loads(json.dumps(message)) == message
 
 
@@ -127,7 +135,13 @@ def test_it_says_which_runs_questions_changed(django_capture_on_commit_callbacks
 
 @pytest.mark.django_db(transaction=True)
 def test_it_delivers_one_message_per_commit_through_the_channel_layer() -> None:
-    target = start()
+    # A run waiting for a person: no worker pool a test left running in this process can
+    # claim it while the test listens (a queued run could be, and its claim is a commit).
+    target, _lease, _cp, _req = interrupted()
+    # The set-up's own pushes are on their way on the sender's thread: delivered before this
+    # test listens, or one may arrive after the subscription and read as a second message.
+    assert broadcast.drain(60)
+    seq = Run.objects.get(pk=target.id).last_event_seq
 
     async def scenario() -> list[dict[str, Any]]:
         layer: Any = get_channel_layer()
@@ -144,8 +158,28 @@ def test_it_delivers_one_message_per_commit_through_the_channel_layer() -> None:
         # carries their pushes in the same group.
         return [m for m in received if target.id in m["run_ids"]]
 
-    [message] = run(scenario)
+    messages = run(scenario)
+    events = list(
+        RunEvent.objects.filter(run_id=target.id, seq__gt=seq).values_list("type", "actor")
+    )
+    assert len(messages) == 1, (messages, events)
+    [message] = messages
     assert message["type"] == broadcast.MESSAGE_TYPE
     assert message["run_ids"] == [target.id]
-    assert message["request_run_ids"] == []
+    assert message["request_run_ids"] == [target.id]  # the cancel closed its question
     assert json.loads(json.dumps(message)) == message
+
+
+@pytest.mark.redis
+def test_a_burst_of_pushes_is_all_sent_through_redis_none_lost_to_the_pool() -> None:
+    # A web process at 1,000 live agents commits hundreds of writes a second, each one push.
+    # redis-py gives the sender's event loop a pool of 100 connections and refuses the 101st
+    # (MaxConnectionsError): the sender keeps fewer sends than that on their way.
+    from channels_redis.core import RedisChannelLayer
+
+    assert isinstance(get_channel_layer(), RedisChannelLayer)
+    futures = [broadcast.push([f"run_burst_{i}"]) for i in range(400)]
+    assert broadcast.drain(120)
+    failed = [f.exception() for f in futures if f is not None and f.exception() is not None]
+    assert None not in futures
+    assert failed == []

@@ -291,7 +291,7 @@ def test_it_closes_the_socket_of_a_session_that_ended(viewer: User) -> None:
 
 def inbox_url(user: User, tab: str = "needs") -> str:
     """The socket URL of a freshly rendered inbox (its token says what the page shows)."""
-    from dashboard.views.inbox import inbox_context
+    from dashboard.pages.inbox import inbox_context
 
     return f"/ws/inbox/?tab={tab}&v={inbox_context(user, tab)['live_token']}"
 
@@ -375,7 +375,7 @@ def test_it_marks_an_expired_request_in_every_open_inbox_and_run_page(operator: 
 
 
 def test_it_updates_the_runs_list(viewer: User) -> None:
-    from dashboard.views.runs import run_list_context
+    from dashboard.pages.runs import run_list_context
 
     first = start()
 

@@ -8,7 +8,7 @@ import re
 import pytest
 from django.contrib.auth.models import User
 
-from dashboard.views.inbox import PAGE
+from dashboard.pages.inbox import PAGE
 from tests.dashboard.support import more_pending
 from tests.live.conftest import db, pushed, run, session_cookie, socket
 from tests.live.test_consumers import inbox_url

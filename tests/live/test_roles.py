@@ -67,13 +67,13 @@ def test_it_renders_the_users_part_once_per_role_and_each_role_gets_its_own(
     }
 
     rendered: list[live_roles.Role] = []
-    real = consumers._render_run_for_role
+    real = consumers._render_run_for
 
     def counting(request: Any, role: live_roles.Role, *args: Any) -> str:
         rendered.append(role)
         return real(request, role, *args)
 
-    monkeypatch.setattr(consumers, "_render_run_for_role", counting)
+    monkeypatch.setattr(consumers, "_render_run_for", counting)
 
     async def scenario() -> dict[str, str]:
         sockets = {name: socket(url, cookie=cookie) for name, cookie in cookies.items()}
@@ -145,7 +145,7 @@ def test_it_renders_the_users_part_once_per_role_and_each_role_gets_its_own(
     assert Run.objects.get(pk=target.id).status == "cancelled"
 
 
-def test_it_reads_everyones_permissions_in_two_queries(
+def test_it_reads_everyones_permissions_in_three_queries(
     django_assert_num_queries: Any,
 ) -> None:
     ensure_default_groups()
@@ -164,7 +164,7 @@ def test_it_reads_everyones_permissions_in_two_queries(
     )
     users += list(User.objects.filter(pk__in=[boss.pk, nobody.pk]).order_by("pk"))
 
-    with django_assert_num_queries(2):
+    with django_assert_num_queries(3):
         roles = sessions.permissions_of(users)
     # The user objects are asked nothing and written nothing: renders ask the roles.
     assert not any(

@@ -101,3 +101,34 @@ def test_it_writes_the_chaos_report_to_its_own_file_and_leaves_the_docs_alone(
     assert "`python -m chaos.harness --seed 7`" in text
     assert "(2026-12-01 15:26 UTC; machine: " in text
     assert "Chaos run, seed 7: 393 s in all\n0 violations" in text
+
+
+@time_machine.travel("2026-12-01 09:30:00 +0000", tick=False)
+def test_it_prints_and_writes_every_judged_target_missed_first(
+    results: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    judged = {
+        "wakeup": ["p50 3.9 ms (met <= 10 ms); procrastinate p50 1.8 ms"],
+        "growth": [
+            "API runs: p95 12.9 ms at 1,000,000 (met < 100 ms)",
+            "dashboard runs: p95 240 ms at 1,000,000 (MISSED < 100 ms) | a pipe",
+            "a figure beside a target judged elsewhere: 5.7 s",
+        ],
+    }
+    for name, sentences in judged.items():
+        (results / f"{name}.json").write_text(
+            json.dumps({"measured_at": "2026-12-01T09:15:00Z", "targets": sentences})
+        )
+
+    assert bench_all.main(["--render-only"]) == 0
+
+    printed = capsys.readouterr().out
+    written = (results / "2026-12-01.md").read_text()
+    for text in (printed, written):
+        assert "## Targets: 2 met, 1 missed" in text
+        rows = [line for line in text.splitlines() if line.startswith("| ") and "`" in line]
+        assert [row.split(" | ")[0] for row in rows] == ["| MISSED", "| met", "| met", "| -"]
+        assert rows[0] == (
+            "| MISSED | `growth` | dashboard runs: p95 240 ms at 1,000,000 (MISSED < 100 ms) "
+            "/ a pipe | 2026-12-01T09:15:00Z |"
+        )

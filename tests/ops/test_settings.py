@@ -96,17 +96,6 @@ print(pool.max_size if pool else 0, len(set(pids)))
 """
 
 
-@pytest.fixture
-def test_database_url(django_db_setup: None) -> str:
-    """The URL of pytest-django's test database (``test_<name>``), for subprocesses."""
-    from django.db import connection
-
-    db = connection.settings_dict
-    if connection.vendor != "postgresql":
-        pytest.skip("needs PostgreSQL")
-    return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-
-
 @pytest.mark.postgres
 @pytest.mark.parametrize(("size", "most_sessions"), [("2", 2), ("0", 6)])
 def test_database_pool_size_reuses_server_sessions(

@@ -25,9 +25,24 @@ def preapprover() -> Any:
     return user
 
 
+def allow_preapproval(agent: str = AGENT) -> None:
+    """Let the person who starts a run of ``agent`` approve its steps at start: a
+    pre-approval is the starter's vote on their own run (``runs.approvals
+    .why_not_preapprove``), so the agent's policy must allow self-approval. Set as an
+    operator would (``manage.py agent policy --self-approval yes``), unless the test set a
+    policy itself."""
+    from runs.models import AgentApprovalPolicy
+
+    AgentApprovalPolicy.objects.get_or_create(
+        agent=agent, defaults={"policy": {"self_approval": True}}
+    )
+
+
 def start(**kwargs: Any) -> Run:
-    if kwargs.get("approvals") and "user" not in kwargs:
-        kwargs["user"] = preapprover()
+    if kwargs.get("approvals"):
+        allow_preapproval()
+        if "user" not in kwargs:
+            kwargs["user"] = preapprover()
     return services.run_start(agent=AGENT, input=kwargs.pop("input", {"n": 1}), **kwargs)
 
 

@@ -206,7 +206,7 @@ def test_an_edit_racing_an_approval_ends_in_one_order_and_counts_no_approval_of_
                 ("carol", "approve", 1, None),
             ]
             assert given == [("alice", 1, False), ("bob", 1, True)]
-            assert answered[0]["original"] == PLAN and answered[0]["edited_by"] == "user:bob"
+            assert answered[0]["original"] == PLAN and answered[0]["edited_by"] == "bob"
             saw["carol"] = EDIT
             outcome = "approved as edited"
         else:
@@ -326,3 +326,61 @@ def test_the_runs_starter_never_counts_under_no_self_approval_whoever_comes_firs
         assert RunEvent.objects.filter(run=run, type="run.resumed").count() == 1
         _finish(run.id)
     assert outcomes <= {"refused first", "too late"}
+
+
+def _standing(request: Any) -> list[tuple[str, str]]:
+    """The decisions that count, in lock order: (who, decision)."""
+    return [
+        (v.user.get_username(), v.decision)
+        for v in ApprovalVote.objects.select_related("user")
+        .filter(request=request, superseded_at__isnull=True)
+        .order_by("id")
+    ]
+
+
+def test_a_change_of_mind_racing_the_last_approval_ends_in_exactly_one_outcome() -> None:
+    """Issue 24, point 3: two approvals needed; alice approved. Alice changes her mind
+    (deny, which closes) at the moment bob gives the last approval. Either order is
+    legal, and each ends whole: bob first, the request is approved by alice and bob and
+    alice is told it was already answered; alice first, her approval is superseded by
+    her deny, the request is denied, and bob is told. Never a 500 (the one-vote-per-person
+    constraint), never a request left pending with a deny that did not close it.
+
+    How this fails: without the change of mind, alice's second vote hits the unique
+    constraint (IntegrityError, a 500) and the request stays pending with her approval.
+    """
+    alice, bob = _people("alice", "bob")
+    AgentApprovalPolicy.objects.create(agent=AGENT, policy=parse_policy({"required": 2}))
+    outcomes = set()
+    for _ in range(ROUNDS):
+        run, _lease, cp, request = interrupted(kind="auth_required")
+        _decide(run, cp, request, alice, {"decision": "approve", "comment": "looks fine"})
+        by_alice, by_bob = race(
+            lambda: _decide(run, cp, request, alice, {"decision": "deny", "comment": "wait"}),
+            lambda: _decide(run, cp, request, bob, {"decision": "approve"}),
+        )
+        request = InputRequest.objects.get(pk=request.id)
+        assert request.status == "answered", (by_alice, by_bob)
+        winner = request.answer["decision"]
+        if winner == "approve":
+            assert not isinstance(by_bob, Exception), by_bob
+            assert isinstance(by_alice, HoldpointError) and by_alice.code == "request_mismatch"
+            assert request.answer == {"decision": "approve", "approvers": ["alice", "bob"]}
+            assert _standing(request) == [("alice", "approve"), ("bob", "approve")]
+            assert _events(run, "approval.changed") == []
+        else:
+            assert winner == "deny"
+            assert not isinstance(by_alice, Exception), by_alice
+            assert isinstance(by_bob, HoldpointError) and by_bob.code == "request_mismatch"
+            assert request.answer == {"decision": "deny", "comment": "wait"}
+            assert request.answered_by == alice
+            assert _standing(request) == [("alice", "deny")]
+            # Her approval stays in the history, superseded.
+            assert _votes(request) == [("alice", "approve", 0, None), ("alice", "deny", 0, None)]
+            (changed,) = _events(run, "approval.changed")
+            assert (changed["by"], changed["from"], changed["to"]) == ("alice", "approve", "deny")
+        assert RunEvent.objects.filter(run=run, type="request.answered").count() == 1
+        assert RunEvent.objects.filter(run=run, type="run.resumed").count() == 1
+        outcomes.add(winner)
+        _finish(run.id)
+    assert outcomes <= {"approve", "deny"}

@@ -225,6 +225,8 @@ def test_it_releases_for_shutdown_into_a_new_attempt_from_the_latest_checkpoint(
     assert run.status == "queued"
     nxt = claim("w2")
     assert nxt.number == 2 and nxt.resume_from["checkpoint_id"] == cp.id
+    # Recorded as a hand-over by a stopping worker, not a lease that ran out.
+    assert nxt.reason == "released"
 
 
 def test_it_retries_a_failed_run_from_an_earlier_checkpoint_keeping_history() -> None:

@@ -116,8 +116,13 @@ def sent_with_edits(make_agent: Any, mailer: EditableTool) -> Any:
     run = services.run_start(agent=agent.name, input={})
     assert run_next(agent) == Ended.INTERRUPTED
     request = fresh(run).pending_request
-    # The tool says its request's shape: the approver may edit it.
-    assert request.action["editable"] == {"schema": SCHEMA, "value": {"to": ["all@example.com"]}}
+    # The tool says its request's shape: the approver may edit it. The server adds the
+    # tool's request schema, which an edit must fit too.
+    assert request.action["editable"] == {
+        "schema": SCHEMA,
+        "value": {"to": ["all@example.com"]},
+        "request_schema": SCHEMA,
+    }
     answer(run, {"decision": "approve", "edited": {"to": ["oncall@example.com"]}})
     assert run_next(agent) == Ended.SUCCEEDED
     assert fresh(run).result == {"to": ["oncall@example.com"]}

@@ -10,7 +10,7 @@ from ledger.tools.config_store import ConfigStore
 from runs import services
 from runtime.demo_agents.auth_token_migration import DOCUMENT, agent
 from runtime.executor import Outcome
-from tests.runs.factory import preapprover
+from tests.runs.factory import allow_preapproval, preapprover
 from tests.runtime.conftest import fresh, run_next
 
 pytestmark = pytest.mark.django_db
@@ -78,6 +78,7 @@ def test_it_asks_approves_writes_and_notifies(store, approver) -> None:
 
 
 def test_an_edit_while_the_approval_waits_asks_again(store) -> None:
+    allow_preapproval(agent.name)
     run = services.run_start(
         agent=agent.name,
         input={"notify": "a@example.com"},
@@ -125,6 +126,7 @@ def test_an_unknown_version_stops_the_run(store) -> None:
 
 
 def test_an_approver_edits_the_versions_and_the_edit_is_written(store) -> None:
+    allow_preapproval(agent.name)
     run = services.run_start(
         agent=agent.name,
         input={"notify": "a@example.com"},

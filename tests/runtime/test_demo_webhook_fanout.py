@@ -4,7 +4,6 @@ only what did not happen."""
 from __future__ import annotations
 
 import datetime as dt
-import time
 
 import pytest
 import time_machine
@@ -17,6 +16,7 @@ from runtime.demo_agents.webhook_fanout import agent
 from runtime.demo_receiver import DemoReceiver
 from runtime.executor import Outcome
 from tests.runtime.conftest import fresh, run_next
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -50,9 +50,12 @@ def test_a_timed_out_delivery_is_reconciled_and_nothing_is_sent_twice(receiver) 
 
     # The slow receiver did get it; after the settle time the reconciler finds out.
     slow_key = effects["fan_out.notify-analytics"].idempotency_key
-    deadline = time.monotonic() + 5
-    while receiver.book.look_up(slow_key)[0] != 200 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(
+        lambda: receiver.book.look_up(slow_key)[0] == 200,
+        5,
+        "the slow delivery",
+        give_up=True,  # the reconciler's look-up below says what it found
+    )
     with time_machine.travel(timezone.now() + dt.timedelta(seconds=2)):
         assert ledger.side_effects_look_up_stale() == 1
     assert SideEffect.objects.get(idempotency_key=slow_key).status == "confirmed"

@@ -17,7 +17,7 @@ from runs import services
 from runs.models import Attempt, InputRequest
 from runtime.executor import Outcome
 from runtime.sdk import ApprovalDenied
-from tests.runs.factory import preapprover
+from tests.runs.factory import allow_preapproval, preapprover
 from tests.runtime.conftest import claim, events, expire_lease, fresh, run_next
 
 pytestmark = pytest.mark.django_db
@@ -132,7 +132,8 @@ def test_an_answer_survives_a_crash_of_the_worker_that_resumed(make_agent) -> No
     expire_lease(run.id)
     assert services.leases_expire() == 1
     lease = claim(agent, "w2")
-    assert lease.reason == "lease_expired" and lease.resume_request is None
+    # The next attempt from the same checkpoint carries the answer the lost one was given.
+    assert lease.reason == "lease_expired" and lease.resume_request is not None
     from runtime.executor import execute
 
     assert execute(lease, heartbeat=False) == Outcome.SUCCEEDED
@@ -224,6 +225,7 @@ def test_an_approval_given_at_start_is_used_without_asking(make_agent) -> None:
     def change(ctx, state):
         return ctx.done(ctx.approve("restart", "staging/api").approved)
 
+    allow_preapproval(agent.name)
     run = services.run_start(
         agent=agent.name, input={}, approvals=["change.approve"], user=preapprover()
     )

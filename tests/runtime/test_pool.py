@@ -17,18 +17,9 @@ from runtime.control import AttemptControl
 from runtime.executor import Outcome, execute
 from runtime.worker import WorkerPool
 from tests.runtime.conftest import claim, fresh
+from tests.waiting import timed_wait, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> float:
-    """Poll ``predicate`` until true; return the seconds it took."""
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        if predicate():
-            return time.monotonic() - started
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def status(run_id: str) -> str:
@@ -90,7 +81,7 @@ def test_an_idle_worker_wakes_at_once_when_work_arrives(make_agent, pools) -> No
     pool = pools(1, [agent.name], poll_interval=30)
     time.sleep(0.3)  # the worker found nothing and is waiting
     run = services.run_start(agent=agent.name, input={})
-    took = wait_for(lambda: status(run.id) == "succeeded", 5, "the run to succeed")
+    took = timed_wait(lambda: status(run.id) == "succeeded", 5, "the run to succeed")
     assert took < 1.0
     assert pool.poll_interval == 30
 
@@ -127,7 +118,7 @@ def test_a_cancel_reaches_the_worker_at_once_not_at_its_next_heartbeat(make_agen
     pools(1, [agent.name], lease_seconds=30)  # heartbeats every 10 s
     assert entered.wait(5)
     services.run_cancel(run_id=run.id, reason="stop now")
-    took = wait_for(lambda: status(run.id) == "cancelled", 5, "the run to be cancelled")
+    took = timed_wait(lambda: status(run.id) == "cancelled", 5, "the run to be cancelled")
     assert took < 1.0
     assert Attempt.objects.get(run_id=run.id).status == "aborted"
 

@@ -30,6 +30,7 @@ from ledger.models import SideEffect
 from runs import services
 from runs.models import Attempt, Checkpoint, Run, RunEvent
 from runs.states import HOLDING, TERMINAL
+from tests.waiting import timed_wait, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.process, pytest.mark.django_db(transaction=True)]
 
@@ -57,15 +58,6 @@ def database_url() -> str:
     s = connection.settings_dict
     auth = s["USER"] + (f":{s['PASSWORD']}" if s["PASSWORD"] else "")
     return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        if predicate():
-            return time.monotonic() - started
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 @pytest.fixture
@@ -278,7 +270,7 @@ def test_a_cancel_stops_the_worker_within_one_heartbeat_interval(spawn, journal)
     run_id = start_run("proc-wait", journal=str(journal))
     wait_for(lambda: entries(journal, "entered"), 10, "the step to start")
     services.run_cancel(run_id=run_id, reason="wrong environment")
-    took = wait_for(lambda: status(run_id) == "cancelled", lease, "the run to be cancelled")
+    took = timed_wait(lambda: status(run_id) == "cancelled", lease, "the run to be cancelled")
     assert took < lease / 3
     run = Run.objects.get(pk=run_id)
     assert run.failure_class == "cancelled"
@@ -332,7 +324,7 @@ def test_an_idle_worker_wakes_at_once_on_notify(spawn) -> None:
     assert "LISTEN/NOTIFY" in worker.log()
     time.sleep(0.5)
     run_id = start_run("proc-quick")
-    took = wait_for(lambda: status(run_id) == "succeeded", 10, "the run to finish")
+    took = timed_wait(lambda: status(run_id) == "succeeded", 10, "the run to finish")
     assert took < 1.0
     assert Run.objects.get(pk=run_id).result == {"pid": worker.pid}
 

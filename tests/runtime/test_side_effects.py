@@ -23,7 +23,7 @@ from runs.errors import HoldpointError
 from runs.models import Attempt, InputRequest
 from runtime.executor import Outcome as Ended
 from runtime.sdk import ApprovalDenied
-from tests.runs.factory import preapprover
+from tests.runs.factory import allow_preapproval, preapprover
 from tests.runtime.conftest import claim, events, expire_lease, fresh, make_due, run_next
 
 pytestmark = pytest.mark.django_db
@@ -265,6 +265,7 @@ def test_an_approval_given_at_start_lets_the_irreversible_act(make_agent, irreve
     def launch(ctx, state):
         return ctx.done(ctx.side_effect("launcher", "prod", {"go": True}).decision)
 
+    allow_preapproval(agent.name)
     run = services.run_start(
         agent=agent.name, input={}, approvals=["launch.launcher"], user=preapprover()
     )

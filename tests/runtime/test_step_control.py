@@ -6,16 +6,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from typing import Any
 
 import pytest
 
 from runs import services
-from runs.models import Attempt
-from runtime.executor import Outcome
+from runs.models import Attempt, RunEvent
+from runtime.control import AttemptControl
+from runtime.executor import Outcome, execute
 from runtime.sdk import RetryPolicy
 from runtime.testing import run_agent
-from tests.runtime.conftest import FAST_RETRY, fresh, make_due, run_next
+from tests.runtime.conftest import FAST_RETRY, claim, fresh, make_due, run_next
 
 pytestmark = pytest.mark.django_db
 
@@ -182,3 +184,50 @@ def test_the_harness_keeps_timeouts_on_the_fake_clock_and_per_step_policies(
     assert run.clock.sleeps[:2] == [30, 30]  # the second sleep was cut at the deadline
     assert (run.status, run.failure_class) == ("failed", "transient")
     assert "Retry budget spent (1 of 1" in run.error["message"]
+
+
+@pytest.mark.parametrize("ending", ["log", "done"])
+def test_in_process_log_and_done_are_safe_points_for_the_deadline(
+    make_agent: Any, ending: str
+) -> None:
+    """docs/agents.md: a step past its timeout is "stopped at its next safe point (any ctx
+    call)": ``ctx.log`` and ``ctx.done`` included, on the run store as in the harness."""
+    agent = make_agent()
+    reached: list[str] = []
+
+    @agent.step(timeout=0.1)
+    def slow(ctx: Any, state: Any) -> Any:
+        time.sleep(0.2)  # work that outlasts the step's timeout, without a ctx call
+        if ending == "log":
+            ctx.log("late")
+        result = ctx.done("ok")
+        reached.append(ending)
+        return result
+
+    run = services.run_start(agent=agent.name, input={})
+    assert run_next(agent) == Outcome.FAILED
+    attempt = last_attempt(run)
+    assert (attempt.error_class, attempt.error_type) == ("transient", "StepTimeout")
+    assert reached == []
+    assert not RunEvent.objects.filter(run_id=run.id, type="agent.log").exists()
+
+
+def test_in_process_done_after_a_cancel_stops_there(make_agent: Any) -> None:
+    agent = make_agent()
+    reached: list[str] = []
+    holder: dict[str, AttemptControl] = {}
+
+    @agent.step
+    def work(ctx: Any, state: Any) -> Any:
+        # Cancelled mid-step; the heartbeat tells the attempt's control.
+        services.run_cancel(run_id=ctx.run_id, actor="test")
+        holder["control"].request_cancel("test")
+        result = ctx.done("ok")
+        reached.append("after done")
+        return result
+
+    services.run_start(agent=agent.name, input={})
+    lease = claim(agent)
+    holder["control"] = AttemptControl(lease)
+    assert execute(lease, control=holder["control"], heartbeat=False) == Outcome.CANCELLED
+    assert reached == []

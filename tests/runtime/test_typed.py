@@ -11,13 +11,13 @@ from typing import Annotated, Any, Literal
 import pydantic
 import pytest
 from django.test import Client
+from holdpoint_client.typed import TypedValueError, parse, schema_of
 
 from runs import services
 from runs.errors import HoldpointError
 from runs.models import InputRequest
 from runtime.executor import Outcome
 from runtime.testing import run_agent
-from runtime.typed import TypedValueError, parse, schema_of
 from tests.runtime.conftest import fresh, run_next
 
 

@@ -32,7 +32,7 @@ from runs.models import Attempt, Run, RunEvent
 from runtime.context import hold_point_key
 from tests.api.conftest import client_for, post, worker_client
 from tests.ledger import conftest as ledger_fixtures
-from tests.runs.factory import AGENT, snapshot
+from tests.runs.factory import AGENT, allow_preapproval, snapshot
 from tests.runtime import conftest as runtime_fixtures
 from tests.runtime.conftest import fresh, run_next
 
@@ -153,6 +153,7 @@ def test_it_refuses_an_operator_who_pre_approves_over_the_api(operator: User) ->
 def test_it_records_a_pre_approval_as_the_approvers_and_names_them_in_the_report(
     ada: User, viewer: User, mailbox: list[Any]
 ) -> None:
+    allow_preapproval()  # the policy lets a starter pre-approve: here the permission decides
     started = post(
         client_for(ada),
         "/api/runs",
@@ -184,6 +185,7 @@ def test_it_records_a_pre_approval_as_the_approvers_and_names_them_in_the_report
 def test_it_refuses_a_pre_approval_in_the_service_without_the_permission(
     operator: User, approver: User
 ) -> None:
+    allow_preapproval()  # the policy lets a starter pre-approve: here the permission decides
     for user in (operator, None):
         with pytest.raises(HoldpointError) as refused:
             services.run_start(agent=AGENT, input={"n": 1}, user=user, approvals=["notify.email"])
@@ -197,6 +199,7 @@ def test_it_refuses_a_pre_approval_in_the_service_without_the_permission(
 def test_it_refuses_a_pre_approval_on_the_start_form_without_the_permission(
     client: Client, operator: User, ada: User
 ) -> None:
+    allow_preapproval()  # the policy lets a starter pre-approve: here the permission decides
     client.force_login(operator)
     page = client.get(f"/runs/new?agent={AGENT}").content.decode()
     assert 'name="approvals"' not in page  # Only people who may approve see the field.
@@ -226,6 +229,7 @@ def test_it_refuses_a_pre_approval_on_the_start_form_without_the_permission(
 
 
 def test_it_needs_an_approver_for_startrun_approve(operator: User, ada: User) -> None:
+    allow_preapproval()  # the policy lets a starter pre-approve: here the permission decides
     with pytest.raises(CommandError, match="--as"):
         call_command("startrun", AGENT, '{"n": 1}', "--approve", "notify.email")
     with pytest.raises(CommandError, match="preapproval_not_permitted"):

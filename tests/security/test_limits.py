@@ -16,7 +16,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from django.core.signals import request_started
 
 from bench.body_limit import procfile_line
 from config.asgi import application
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 256 * 1024
@@ -170,14 +170,15 @@ def server_url(request: pytest.FixtureRequest) -> Iterator[tuple[str, int]]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
+
+        def listening() -> bool:
             with socket.socket() as sock:
                 if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise RuntimeError(f"the Procfile's {request.param} process did not start")
-            time.sleep(0.2)
+                    return True
+            assert process.poll() is None, f"the Procfile's {request.param} process exited"
+            return False
+
+        wait_for(listening, 30, f"the Procfile's {request.param} process", interval=0.2)
         yield ("127.0.0.1", port)
     finally:
         process.terminate()

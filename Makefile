@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: ts-client run test test-fast lint fmt migrate sweep worker web clean browser-deps messages bench chaos chaos-short screenshots
+.PHONY: ts-client run test test-fast lint fmt migrate sweep worker web clean browser-deps topology-deps topology messages bench chaos chaos-short screenshots
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,7 +33,7 @@ ts-client:
 	else echo "npm not found: the TypeScript demo worker will not start"; fi
 
 ## The whole test suite (SQLite unless DATABASE_URL is set; CI sets it).
-test: $(STAMP) browser-deps
+test: $(STAMP) browser-deps topology-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 ## The inner loop: no browser, no chaos run, no schema fuzzing or state machine.
@@ -42,6 +42,15 @@ test-fast: $(STAMP)
 
 browser-deps:
 	@bash scripts/ensure-chromium
+
+topology-deps:
+	@bash scripts/ensure-topology
+
+## Several web, live and worker nodes behind nginx, over PgBouncer (docs/operations.md, "More
+## than one machine"). Needs DATABASE_URL and REDIS_URL; TOPOLOGY_ARGS="--web 3 --port 9000".
+topology: $(STAMP) topology-deps
+	@test -n "$$DATABASE_URL" -a -n "$$REDIS_URL" || { echo "make topology needs DATABASE_URL and REDIS_URL"; exit 2; }
+	$(PY) -m bench.topology up $(TOPOLOGY_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -44,6 +44,7 @@ def scripts(opts: argparse.Namespace) -> list[tuple[str, list[str]]]:
         ("push", []),
         ("pause", ["--samples", "20" if quick else "50", "--attempts", "100"]),
         ("growth", ["--sizes", opts.sizes or ("10k,100k" if quick else "10k,100k,1M")]),
+        ("partitions", ["--events", "1M" if quick else "10M"]),
     ]
 
 
@@ -86,6 +87,7 @@ def render(outputs: list[Output], now: time.struct_time | None = None) -> str:
         "",
         "Machine: " + json.dumps(info, sort_keys=True),
         "",
+        render_targets(targets([name for name, *_ in outputs])),
     ]
     for name, args, text, seconds, code, measured_at in outputs:
         command = f"python -m bench.{name} {' '.join(args)}".strip()
@@ -109,6 +111,44 @@ def render(outputs: list[Output], now: time.struct_time | None = None) -> str:
         else:
             parts += ["```text", _progress_free(text), "```", ""]
     return "\n".join(parts).rstrip() + "\n"
+
+
+def targets(names: list[str]) -> list[tuple[str, str, str, str]]:
+    """Every target the scripts judged, from their saved figures (``bench/results/<name>.json``,
+    key ``targets``: one sentence per target with its figure, its verdict and the baseline
+    or peer beside it): ``(script, verdict, sentence, measured_at)``. A sentence with a
+    MISSED part is missed; one with only met parts is met; one with neither says no verdict
+    (a figure shown next to a target that is judged elsewhere)."""
+    found = []
+    for name in names:
+        path = RESULTS_DIR / f"{name}.json"
+        if not path.exists():
+            continue
+        data = json.loads(path.read_text())
+        for sentence in data.get("targets") or []:
+            judged = (
+                "MISSED"
+                if re.search(r"\bMISSED\b", sentence)
+                else ("met" if re.search(r"\bmet\b", sentence) else "-")
+            )
+            found.append((name, judged, sentence, str(data.get("measured_at", ""))))
+    return found
+
+
+def render_targets(found: list[tuple[str, str, str, str]]) -> str:
+    """The targets as a Markdown table, the missed ones first."""
+    met = sum(1 for _, judged, _, _ in found if judged == "met")
+    missed = sum(1 for _, judged, _, _ in found if judged == "MISSED")
+    lines = [
+        f"## Targets: {met} met, {missed} missed",
+        "",
+        "| verdict | script | target, figure and baseline or peer | measured |",
+        "|---|---|---|---|",
+    ]
+    order = {"MISSED": 0, "met": 1}
+    for name, judged, sentence, when in sorted(found, key=lambda t: order.get(t[1], 2)):
+        lines.append(f"| {judged} | `{name}` | {sentence.replace('|', '/')} | {when} |")
+    return "\n".join(lines) + "\n"
 
 
 def write_results(outputs: list[Output], now: time.struct_time | None = None) -> Path:
@@ -180,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                     data.get("measured_at"),
                 )
             )
+    print("\n" + render_targets(targets([name for name, *_ in outputs])))
     if not opts.no_write and outputs:
         path = write_results(outputs)
         shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path

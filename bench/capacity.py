@@ -16,7 +16,14 @@ after a start staggered over ``--ramp`` seconds so the load is smooth:
   the agent's claim, waiting meanwhile, gets the resumed attempt (or another agent's:
   every agent serves the same declared agent, as a pool of workers does) and goes on.
 
-Every write carries a fresh ``Idempotency-Key``, as holdpoint_client sends. The clients are
+Every write carries a fresh ``Idempotency-Key``, as holdpoint_client sends, and is sent
+again with the same key as holdpoint_client does: after ``Retry-After`` (plus jitter) when
+the server refuses it (429, 503, 409 ``idempotency_in_progress``), after a backoff when
+the connection dropped under it (a transport error) or a 5xx other than 503 came back,
+for up to ``RETRY_FOR`` seconds. Refusals and retries are counted apart from errors (an
+error is a call that failed for good, or a 5xx other than 503, or a refusal without
+``Retry-After`` and a problem ``code``); a call's latency runs from its first try to its
+answer. The clients are
 asyncio + httpx (HTTP/1.1 keep-alive, one pooled connection per agent) in
 ``--client-procs`` processes; the figures come from the measured window of ``--seconds``
 after the ramp.
@@ -34,7 +41,17 @@ the whole machine from /proc/stat. The headline: web and PostgreSQL cores per 1,
 agents. Target (issue 17): p99 of each call <= 50 ms.
 
     python -m bench.capacity [--agents 1000] [--seconds 300] [--servers 1] [--client-procs 1]
-                             [--think 2] [--ramp 10] [--quick] [--keep]
+                             [--think 2] [--ramp 10] [--per-process 1] [--quick] [--keep]
+                             [--topology]
+
+``--topology`` starts the servers as web nodes of the multi-node topology instead
+(bench/topology.py: nginx in front, PgBouncer in transaction pooling, two live nodes and a
+worker node beside them) and every agent talks to nginx.
+
+``--per-process K`` (K > 1): consecutive agents of a client process form worker processes
+of K, each renewing all its agents' leases with one ``POST /api/worker/heartbeat`` every
+10 s (docs/protocol.md §4) instead of a heartbeat per agent; the heartbeat row then counts
+those batch calls (intended: one per worker process and interval).
 
 Other PostgreSQL databases on the same server (and everything else on a shared machine)
 count in "all postgres processes" and in the machine figure: read them next to the
@@ -46,9 +63,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import multiprocessing as mp
 import os
 import random
+import ssl
 import time
 import uuid
 from bisect import bisect_right
@@ -57,6 +76,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (
+    KEEP_ALIVE_SECONDS,
     Summary,
     add_server_arguments,
     database_name,
@@ -70,6 +90,7 @@ from bench.common import (
     web_server,
     with_database,
 )
+from bench.topology import topology_servers
 
 AGENT = "capacity"
 CALLS = ("claim", "heartbeat", "checkpoint", "ask", "answer")
@@ -79,6 +100,10 @@ CHECKPOINT_EVERY = 5.0
 ASK_EVERY = 60.0
 CLAIM_WAIT = 20.0
 TARGET_P99_MS = 50.0
+WEB_CORES_TARGET = 0.5  # per 1,000 live agents (issue 27)
+POSTGRES_CORES_TARGET = 0.2
+RETRY_FOR = 60.0  # seconds a call is tried again before it counts as failed
+REFUSED = {429, 503}
 LOST_LEASE_CODES = {"stale_worker", "not_your_lease", "stale_after_cancel", "not_found"}
 ANSWER_SCHEMA = {"answer": "string"}
 
@@ -100,6 +125,17 @@ class Recorder:
         self.lags: list[tuple[float, float]] = []
         # How late the event loop woke a 100 ms sleep: (when, seconds late)
         self.loop_lags: list[tuple[float, float]] = []
+        # A refusal sent again later: (call, sent at, "<status> <code>", well formed), well
+        # formed = Retry-After and a problem code
+        self.refusals: list[tuple[str, float, str, bool]] = []
+        # A try that got no answer, or a 5xx other than 503, sent again: (call, sent at, why)
+        self.retries: list[tuple[str, float, str]] = []
+
+
+def _backoff(tries: int) -> float:
+    """holdpoint_client's backoff: 0.1 s doubling up to 5 s, drawn in its upper half."""
+    ceiling = min(5.0, 0.1 * 2 ** min(tries - 1, 30))
+    return random.uniform(ceiling / 2, ceiling)
 
 
 def _outcome(response: Any) -> tuple[str, str]:
@@ -125,20 +161,49 @@ class SimAgent:
         self.worker_id = f"capacity-{index}"
         self.first_ask = True
         self.people: set[asyncio.Task[Any]] = set()
+        # --per-process > 1: the worker process this agent runs in renews its lease
+        # together with its neighbours' (one POST /api/worker/heartbeat per interval).
+        self.group: WorkerProcess | None = None
 
     async def post(self, call: str, path: str, body: Any, **kw: Any) -> tuple[Any, str]:
+        """Send with a fresh key and again with the same key until answered (as the clients
+        do), up to ``RETRY_FOR`` seconds; record the answer, the refusals and the retries."""
         headers = {"Idempotency-Key": str(uuid.uuid4()), **kw.pop("headers", {})}
         sent = time.monotonic()
         t0 = time.perf_counter()
-        try:
-            client = self.people_client if call == "answer" else self.client
-            response = await client.post(path, json=body, headers=headers, **kw)
-        except Exception as exc:  # transport errors, timeouts: counted, never fatal
-            elapsed = time.perf_counter() - t0
-            self.rec.calls.append((call, sent, elapsed, f"transport {type(exc).__name__}"))
-            return None, "transport"
+        client = self.people_client if call == "answer" else self.client
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                response = await client.post(path, json=body, headers=headers, **kw)
+            except Exception as exc:  # transport errors, timeouts: sent again
+                why = f"transport {type(exc).__name__}"
+                self.rec.retries.append((call, sent, why))
+                delay = _backoff(tries)
+            else:
+                status = response.status_code
+                outcome, code = _outcome(response)
+                in_progress = status == 409 and code == "idempotency_in_progress"
+                if status in REFUSED or in_progress:
+                    header = response.headers.get("retry-after", "")
+                    self.rec.refusals.append((call, sent, outcome, header.isdigit() and bool(code)))
+                    after = float(header) if header.isdigit() else 1.0
+                    # Jitter: agents refused together do not all come back together.
+                    delay = after + self.rng.uniform(0, after / 2)
+                elif status >= 500:
+                    why = outcome
+                    self.rec.retries.append((call, sent, why))
+                    delay = _backoff(tries)
+                else:
+                    break
+                why = outcome
+            if time.monotonic() + delay > sent + RETRY_FOR:
+                elapsed = time.perf_counter() - t0
+                self.rec.calls.append((call, sent, elapsed, f"gave up after {why}"))
+                return None, "transport"
+            await asyncio.sleep(delay)
         elapsed = time.perf_counter() - t0
-        outcome, code = _outcome(response)
         if response.status_code == 204:
             outcome = "204 nothing due"
         self.rec.calls.append((call, sent, elapsed, outcome))
@@ -206,7 +271,12 @@ class SimAgent:
         url = f"/api/worker/attempts/{lease['attempt_id']}"
         epochs = {"lease_epoch": lease["lease_epoch"], "cancel_epoch": lease["cancel_epoch"]}
         lock = asyncio.Lock()
-        beating = asyncio.create_task(self.heartbeats(url, epochs["lease_epoch"], lock))
+        if self.group is not None:
+            beating = asyncio.create_task(
+                self.group.hold(lease["attempt_id"], epochs["lease_epoch"])
+            )
+        else:
+            beating = asyncio.create_task(self.heartbeats(url, epochs["lease_epoch"], lock))
         try:
             await self.steps(url, epochs, lease.get("resume_from"), lock, beating)
         finally:
@@ -278,6 +348,62 @@ class SimAgent:
             await self.attempt(lease)
 
 
+class WorkerProcess:
+    """``--per-process K``: K agents in one worker process, whose one heartbeat loop renews
+    all the attempts they hold with one ``POST /api/worker/heartbeat`` every 10 s, as
+    holdpoint_client does with ``--concurrency K``. An attempt whose entry is refused
+    (lease lost) ends its ``hold`` task, which stops its agent's steps."""
+
+    def __init__(self, client: Any, rec: Recorder) -> None:
+        self.client = client
+        self.rec = rec
+        self.held: dict[str, tuple[int, asyncio.Event]] = {}
+
+    async def hold(self, attempt_id: str, lease_epoch: int) -> None:
+        lost = asyncio.Event()
+        self.held[attempt_id] = (lease_epoch, lost)
+        try:
+            await lost.wait()
+        finally:
+            self.held.pop(attempt_id, None)
+
+    async def live(self, start_at: float) -> None:
+        await asyncio.sleep(max(0.0, start_at - time.monotonic()))
+        when = time.monotonic()
+        while True:
+            when += HEARTBEAT_EVERY
+            await asyncio.sleep(max(0.0, when - time.monotonic()))
+            held = dict(self.held)
+            if not held:
+                continue
+            self.rec.lags.append((when, time.monotonic() - when))
+            body = {
+                "attempts": [
+                    {"attempt_id": attempt_id, "lease_epoch": epoch}
+                    for attempt_id, (epoch, _lost) in held.items()
+                ]
+            }
+            sent = time.monotonic()
+            t0 = time.perf_counter()
+            try:
+                response = await self.client.post("/api/worker/heartbeat", json=body)
+            except Exception as exc:
+                elapsed = time.perf_counter() - t0
+                self.rec.calls.append(
+                    ("heartbeat", sent, elapsed, f"transport {type(exc).__name__}")
+                )
+                continue
+            elapsed = time.perf_counter() - t0
+            outcome, _code = _outcome(response)
+            self.rec.calls.append(("heartbeat", sent, elapsed, outcome))
+            if response.status_code != 200:
+                continue
+            for answer in response.json()["attempts"]:
+                code = (answer.get("problem") or {}).get("code")
+                if code in LOST_LEASE_CODES and answer["attempt_id"] in held:
+                    held[answer["attempt_id"]][1].set()
+
+
 async def _client_loop(plan: dict[str, Any], indices: list[int], rec: Recorder) -> None:
     import httpx
 
@@ -286,9 +412,14 @@ async def _client_loop(plan: dict[str, Any], indices: list[int], rec: Recorder) 
     # One client per agent, as each remote agent has its own (and httpx's pool scans its
     # connections on every request: one pool of a thousand would cost the client, not the
     # server); two connections: the heartbeat beside the step's call.
+    # One TLS context for all (the bases are http://): httpx builds one per client otherwise,
+    # some 20 ms of CPU each, and a thousand of them took the load generator's whole window.
+    tls = ssl.create_default_context()
+
     def client(base: str, connections: int) -> httpx.AsyncClient:
         return httpx.AsyncClient(
             base_url=base,
+            verify=tls,
             headers={"Authorization": f"Bearer {plan['worker_token']}"},
             timeout=30,
             limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
@@ -303,6 +434,17 @@ async def _client_loop(plan: dict[str, Any], indices: list[int], rec: Recorder) 
     ]
     clients = [a.client for a in agents] + list(people.values())
     tasks = [asyncio.create_task(a.live(t0 + ramp * a.index / n)) for a in agents]
+    per = plan.get("per_process", 1)
+    if per > 1:
+        # Consecutive agents of this client process share a worker process (and its
+        # heartbeat connection); its loop starts with its first agent.
+        for at in range(0, len(agents), per):
+            members = agents[at : at + per]
+            group = WorkerProcess(client(bases[members[0].index % len(bases)], 2), rec)
+            for agent in members:
+                agent.group = group
+            clients.append(group.client)
+            tasks.append(asyncio.create_task(group.live(t0 + ramp * members[0].index / n)))
     while (left := end - time.monotonic()) > 0:
         when = time.monotonic() + min(0.1, left)
         await asyncio.sleep(min(0.1, left))
@@ -327,7 +469,9 @@ def _client_main(
     go.wait()
     rec = Recorder()
     asyncio.run(_client_loop({**plan, "t0": times[0], "end": times[1]}, indices, rec))
-    out.put((rec.calls, rec.leases, rec.answers, rec.lags, rec.loop_lags))
+    out.put(
+        (rec.calls, rec.leases, rec.answers, rec.lags, rec.loop_lags, rec.refusals, rec.retries)
+    )
 
 
 # --- CPU ---------------------------------------------------------------------------------------
@@ -431,9 +575,11 @@ def call_figures(
     wall = w1 - w0
     n, think = plan["agents"], plan["think"]
     duty = ASK_EVERY / (ASK_EVERY + think)
+    per = plan.get("per_process", 1)
     intended = {
         "claim": n / (ASK_EVERY + think),
-        "heartbeat": n * duty / HEARTBEAT_EVERY,
+        # --per-process K: one batch per worker process (of K agents) and interval.
+        "heartbeat": (n * duty if per <= 1 else -(-n // per)) / HEARTBEAT_EVERY,
         "checkpoint": n * duty / CHECKPOINT_EVERY,
         "ask": n / (ASK_EVERY + think),
         "answer": n / (ASK_EVERY + think),
@@ -472,6 +618,26 @@ def call_figures(
         }
         if call == "claim":
             out[call]["answered_204"] = outcomes[call].get("204 nothing due", 0)
+    for call in CALLS:
+        refused: Counter[str] = Counter()
+        retried: Counter[str] = Counter()
+        for g in gathered:
+            for what, sent, outcome, well_formed in g[5]:
+                if what == call and w0 <= sent < w1:
+                    refused[outcome] += 1
+                    if not well_formed:
+                        # A refusal without Retry-After and a problem code is an error.
+                        out[call]["errors"][f"{outcome} without Retry-After or code"] = (
+                            out[call]["errors"].get(f"{outcome} without Retry-After or code", 0) + 1
+                        )
+            for what, sent, why in g[6]:
+                if what == call and w0 <= sent < w1:
+                    retried[why] += 1
+                    if not why.startswith("transport"):
+                        # A 5xx other than 503, even if a retry then succeeded, is an error.
+                        out[call]["errors"][why] = out[call]["errors"].get(why, 0) + 1
+        out[call]["refused"] = dict(refused)
+        out[call]["retried"] = dict(retried)
     return out
 
 
@@ -518,11 +684,30 @@ def run(opts: argparse.Namespace) -> dict[str, Any]:
         _, person_token = person("capacity-person", "operator")
         _, worker_token = worker_token_create(name="capacity")
         with contextlib.ExitStack() as stack:
-            servers = [
-                stack.enter_context(web_server(opts.server, workers=opts.workers))
-                for _ in range(opts.servers)
-            ]
-            _declare(servers[0].base, worker_token)
+            # Every simulated agent shares one token from one address, where a deployment
+            # has a token and an address per host: the caps on waiting claims per token
+            # and per address (docs/security.md) would count them as one greedy host.
+            uncapped = {
+                "HOLDPOINT_WAITING_CLAIMS_PER_TOKEN": "0",
+                "HOLDPOINT_WAITING_CLAIMS_PER_ADDRESS": "0",
+                "WEB_KEEP_ALIVE": str(opts.keep_alive),
+            }
+            if opts.topology:  # bench/topology.py: every agent through nginx
+                servers, bases = topology_servers(stack, url, opts.servers, opts.workers, uncapped)
+            else:
+                servers = [
+                    stack.enter_context(
+                        web_server(
+                            opts.server,
+                            workers=opts.workers,
+                            env=uncapped,
+                            log=Path(opts.server_log) if opts.server_log else None,
+                        )
+                    )
+                    for _ in range(opts.servers)
+                ]
+                bases = [s.base for s in servers]
+            _declare(bases[0], worker_token)
             print(f"preparing {n} queued runs ...", flush=True)
             t_prep = time.monotonic()
             for i in range(n):
@@ -532,12 +717,13 @@ def run(opts: argparse.Namespace) -> dict[str, Any]:
 
             plan = {
                 "agents": n,
-                "bases": [s.base for s in servers],
+                "bases": bases,
                 "worker_token": worker_token,
                 "person_token": person_token,
                 "think": opts.think,
                 "ramp": opts.ramp,
                 "seed": opts.seed,
+                "per_process": opts.per_process,
             }
             ctx = mp.get_context("fork")
             ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
@@ -575,9 +761,12 @@ def run(opts: argparse.Namespace) -> dict[str, Any]:
         "seconds": opts.seconds,
         "ramp_seconds": opts.ramp,
         "servers": opts.servers,
-        "server": opts.server,
+        "server": "topology (nginx, PgBouncer)" if opts.topology else opts.server,
         "workers": opts.workers,
         "client_procs": procs,
+        "keep_alive_seconds": opts.keep_alive,
+        "max_inflight": os.environ.get("HOLDPOINT_WEB_MAX_INFLIGHT", "64 (default)"),
+        "per_process": opts.per_process,
         "think_seconds": opts.think,
         "window_seconds": round(after.t - before.t, 2),
         "calls": call_figures(gathered, w0, w1, plan),
@@ -593,7 +782,9 @@ def report(figures: dict[str, Any]) -> None:
     print(
         f"\nCapacity: {n} live remote agents, {figures['servers']} x {figures['server']} "
         f"({figures['workers']} process(es) each), "
-        f"{figures['client_procs']} client process(es), {figures['window_seconds']:.0f} s "
+        f"{figures['client_procs']} client process(es), "
+        f"{figures.get('per_process', 1)} agent(s) per worker process, "
+        f"{figures['window_seconds']:.0f} s "
         f"measured after a {figures['ramp_seconds']:.0f} s ramp (think time "
         f"~{figures['think_seconds']:g} s)"
     )
@@ -602,6 +793,8 @@ def report(figures: dict[str, Any]) -> None:
         c = calls[call]
         s = c["latency_ms"]
         errors = ", ".join(f"{k} x{v}" for k, v in sorted(c["errors"].items())) or "-"
+        refused = ", ".join(f"{k} x{v}" for k, v in sorted(c["refused"].items())) or "-"
+        retried = ", ".join(f"{k} x{v}" for k, v in sorted(c["retried"].items())) or "-"
         rows.append(
             [
                 call,
@@ -614,6 +807,8 @@ def report(figures: dict[str, Any]) -> None:
                 s["p99"],
                 s["max"],
                 errors,
+                refused,
+                retried,
             ]
         )
     print(
@@ -629,9 +824,21 @@ def report(figures: dict[str, Any]) -> None:
                 "p99 ms",
                 "max ms",
                 "errors",
+                "refused, sent again",
+                "dropped or 5xx, sent again",
             ],
             rows,
         )
+    )
+    totals = {
+        what: sum(sum(calls[call][what].values()) for call in CALLS)
+        for what in ("errors", "refused", "retried")
+    }
+    figures["totals"] = totals
+    print(
+        f"errors {totals['errors']}; refused (429/503/409 in progress, sent again after "
+        f"Retry-After) {totals['refused']}; dropped connections or 5xx sent again with the "
+        f"same key {totals['retried']}"
     )
     print(
         f"claims answered 204 (nothing due within {CLAIM_WAIT:.0f} s): "
@@ -685,6 +892,11 @@ def report(figures: dict[str, Any]) -> None:
             why.append("the machine's cores all busy (the clients wait for a core)")
         if behind and not client_bound:
             why.append("the server (slow answers hold the agents back)")
+        if totals["refused"]:
+            why.append(
+                f"the server refused {totals['refused']} calls (503/429: past what it serves; "
+                "each sent again after Retry-After)"
+            )
         print(
             f"NOT KEEPING UP: below 90 % of the intended rate: {', '.join(behind) or 'none'}; "
             f"{facts}; likely: {'; '.join(why) or 'unclear'}"
@@ -705,6 +917,18 @@ def report(figures: dict[str, Any]) -> None:
         "postgresql_cores_per_1000_agents": pg,
         "postgresql_db_backends_cores_per_1000_agents": pg_db,
     }
+    # What `make bench` lists (bench.all.targets): issue 27's targets, judged in this run.
+    kept = "kept up with" if figures["keeping_up"] else "did NOT keep up with"
+    worst = max(calls[call]["latency_ms"]["p99"] for call in CALLS)
+    figures["targets"] = [
+        f"{figures['agents']} agents: web {web:.2f} cores per 1,000 live agents "
+        f"({verdict(web <= WEB_CORES_TARGET)} <= {WEB_CORES_TARGET}), PostgreSQL {pg:.2f} "
+        f"({verdict(pg <= POSTGRES_CORES_TARGET)} <= {POSTGRES_CORES_TARGET}); the load "
+        f"generator {kept} the intended rate",
+        f"{figures['agents']} agents: worst p99 of a call {worst:.0f} ms ({verdict(ok)} <= "
+        f"{TARGET_P99_MS:.0f} ms), errors {totals['errors']} ({verdict(totals['errors'] == 0)} "
+        f"= 0), {totals['refused']} refused with Retry-After",
+    ]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -726,15 +950,43 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--ramp", type=float, default=10.0, help="agents' starts spread over s (default 10)"
     )
+    parser.add_argument(
+        "--topology",
+        action="store_true",
+        help="--servers web nodes of --workers processes behind nginx, over PgBouncer, "
+        "with two live nodes and a worker node (bench/topology.py)",
+    )
+    parser.add_argument(
+        "--per-process",
+        type=int,
+        default=1,
+        help="agents per worker process: above 1, each process renews its agents' leases "
+        "with one POST /api/worker/heartbeat per interval (default 1: each agent its own)",
+    )
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument("--quick", action="store_true", help="100 agents, 30 s")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
+    parser.add_argument(
+        "--keep-alive",
+        type=int,
+        default=KEEP_ALIVE_SECONDS,
+        help=f"uvicorn's --timeout-keep-alive, s (the Procfile's: {KEEP_ALIVE_SECONDS})",
+    )
+    parser.add_argument(
+        "--server-log", default="", help="append the web servers' output (tracebacks) here"
+    )
     opts = parser.parse_args(argv)
     if opts.quick:
         opts.agents, opts.seconds = 100, 30.0
     figures = run(opts)
     report(figures)
-    save_result("capacity", figures)
+    if opts.topology:  # beside the single-node figures, not over them
+        path = save_result("capacity_topology", figures)
+        saved = json.loads(path.read_text())
+        saved["command"] = saved["command"].replace("bench.capacity_topology", "bench.capacity")
+        path.write_text(json.dumps(saved, indent=2, default=str) + "\n")
+    else:
+        save_result("capacity", figures)
     return figures
 
 

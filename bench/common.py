@@ -174,12 +174,24 @@ def person(username: str, group: str) -> tuple[Any, str]:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
 
 
-def wait_for_http(url: str, *, timeout: float = 30.0) -> None:
+def free_ports(count: int) -> list[int]:
+    """``count`` different free ports, chosen while all are held: ports taken one at a time
+    may repeat when the first one's server has not bound it yet."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+
+
+def wait_for_http(
+    url: str, *, timeout: float = 30.0, proc: subprocess.Popen[Any] | None = None
+) -> None:
+    """Until ``url`` answers (any status); fail at ``timeout`` or as soon as ``proc``, the
+    process that should answer, has exited."""
     import urllib.error
     import urllib.request
 
@@ -191,6 +203,8 @@ def wait_for_http(url: str, *, timeout: float = 30.0) -> None:
         except urllib.error.HTTPError:
             return  # it answered
         except OSError:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"{url}: the process exited ({proc.returncode})") from None
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{url} did not answer within {timeout:.0f} s") from None
             time.sleep(0.1)
@@ -234,6 +248,7 @@ SERVERS: dict[str, list[str]] = {
         PYTHON, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1",
         "--port", "{port}", "--workers", "{workers}", "--loop", "uvloop", "--http",
         "httptools", "--lifespan", "off", "--no-access-log", "--log-level", "warning",
+        "--timeout-keep-alive", "{keep_alive}",
     ],
     "granian": [
         PYTHON, "-m", "granian", "--interface", "asginl", "--host", "127.0.0.1",
@@ -253,8 +268,12 @@ SERVERS: dict[str, list[str]] = {
 }  # fmt: skip
 
 
-# The Procfile's web line: uvicorn, one worker process per core.
+# The Procfile's web line: uvicorn, one worker process per core, keeping an idle connection
+# open 75 s (WEB_KEEP_ALIVE): longer than any client keeps one to reuse it (httpx 5 s, Node's
+# fetch 4 s, nginx's upstream keepalive_timeout 60 s), so the server never closes a
+# connection under a request a client has just sent on it (docs/operations.md, Overload).
 PRODUCTION_SERVER = "uvicorn"
+KEEP_ALIVE_SECONDS = 75
 PRODUCTION_WORKERS = os.cpu_count() or 1
 
 
@@ -287,9 +306,13 @@ def web_server(
     log: Path | None = None,
 ) -> Iterator[Server]:
     """Run a web server on a free port against this process's DATABASE_URL (a pool of 8
-    database connections per process unless ``env`` says otherwise)."""
+    database connections per process unless ``env`` says otherwise), with the Procfile's
+    keep-alive (``KEEP_ALIVE_SECONDS``, or ``WEB_KEEP_ALIVE`` in ``env``) for uvicorn."""
     port = free_port()
-    command = [part.format(port=port, workers=workers) for part in SERVERS[kind]]
+    keep_alive = (env or {}).get("WEB_KEEP_ALIVE") or str(KEEP_ALIVE_SECONDS)
+    command = [
+        part.format(port=port, workers=workers, keep_alive=keep_alive) for part in SERVERS[kind]
+    ]
     out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
     proc = subprocess.Popen(
         command,

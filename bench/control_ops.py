@@ -69,7 +69,7 @@ def _queued_runs(agent: str, count: int) -> list[str]:
     return [services.run_start(agent=agent, input={"i": i}).id for i in range(count)]
 
 
-def _waiting_runs(agent: str, count: int) -> list[tuple[str, str, str]]:
+def waiting_runs(agent: str, count: int) -> list[tuple[str, str, str]]:
     """Runs stopped at a hold point: (run_id, request_id, checkpoint_id)."""
     from runs import services
 
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         total = sum(client_counts) * per
         print(f"preparing {total} runs at a hold point and {total} queued runs ...", flush=True)
         t0 = time.monotonic()
-        waiting = _waiting_runs(agent, total)
+        waiting = waiting_runs(agent, total)
         warm_run, *queued = _queued_runs(agent, total + 1)
         print(f"  prepared in {time.monotonic() - t0:.1f} s", flush=True)
 

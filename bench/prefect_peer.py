@@ -656,6 +656,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         + json.dumps(figures["holdpoint_runs_by_status"], sort_keys=True)
     )
     figures["all_targets_met"] = all(checks)
+    figures["targets"] = [
+        f"{operation}, {clients} client(s): {side['throughput_ratio']}x Prefect's throughput "
+        f"({side['verdicts']['throughput']} >= 2x), {side['cpu_ratio']}x its server CPU per "
+        f"operation ({side['verdicts']['cpu']} <= 0.5x)"
+        for clients, by_operation in figures["clients"].items()
+        for operation, side in by_operation.items()
+    ]
     save_result("prefect_peer", figures)
     return figures
 

@@ -174,6 +174,7 @@ def people_with_sessions(count: int, roles: list[str]) -> tuple[list[str], Any]:
     from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
     from django.contrib.auth.models import Group, User
     from django.contrib.sessions.backends.db import SessionStore
+    from django.middleware.csrf import _get_new_csrf_string
 
     from runs.groups import ensure_default_groups
 
@@ -190,7 +191,11 @@ def people_with_sessions(count: int, roles: list[str]) -> tuple[list[str], Any]:
         session[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
         session[HASH_SESSION_KEY] = user.get_session_auth_hash()
         session.create()
-        cookies.append(f"{settings.SESSION_COOKIE_NAME}={session.session_key}")
+        # A browser on the page has the CSRF cookie the page set, as well as its session.
+        cookies.append(
+            f"{settings.SESSION_COOKIE_NAME}={session.session_key}; "
+            f"{settings.CSRF_COOKIE_NAME}={_get_new_csrf_string()}"
+        )
     answerer = User.objects.create(username="bench-answerer")
     answerer.groups.add(Group.objects.get(name="operator"))
     return cookies, answerer

@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         from runs import services
         from runs.tokens import worker_token_create
 
-        services.agent_declare(name="bench-remote", actor="bench")
+        services.agent_declare(name="bench-remote", actor="bench", owners=["bench-remote"])
         _, token = worker_token_create(name="bench-remote")
         local_s, local = in_process(opts.runs)
         with daphne() as server:

@@ -42,12 +42,7 @@ from bench.common import (
     table,
     verdict,
 )
-
-ANSWER_SCHEMA = {
-    "type": "object",
-    "properties": {"version": {"type": "string"}},
-    "required": ["version"],
-}
+from bench.control_ops import waiting_runs
 
 # operation -> (target CPU ms, target statements or None)
 TARGETS: dict[str, tuple[float, int | None]] = {
@@ -124,6 +119,23 @@ class Counter:
             self.sql.append(sql)
         return execute(sql, params, many, context)
 
+    def count_transaction_ends(self, connection: Any) -> None:
+        """psycopg sends BEGIN and COMMIT (or ROLLBACK) as statements of their own, which
+        ``execute_wrapper`` does not see: count them at each end of a transaction."""
+        commit, rollback = connection._commit, connection._rollback
+
+        def counted_commit() -> None:
+            self.n += 2
+            self.commits += 1
+            commit()
+
+        def counted_rollback() -> None:
+            self.n += 2
+            rollback()
+
+        connection._commit = counted_commit
+        connection._rollback = counted_rollback
+
 
 def _raw_update_cpu(url: str, n: int) -> float:
     """Client CPU ms of one ``UPDATE one row; COMMIT`` through psycopg (the floor)."""
@@ -149,25 +161,7 @@ def _prepare(n: int, worker_token_id: int) -> dict[str, Iterator[Any]]:
     from runs import services
 
     agent = declare_bench_agent()
-    waiting = []
-    for i in range(n):
-        run = services.run_start(agent=agent, input={"i": i})
-        lease = services.attempt_claim(worker_id="prep")
-        assert lease is not None and lease.run_id == run.id
-        epochs = {
-            "attempt_id": lease.attempt_id,
-            "lease_epoch": lease.lease_epoch,
-            "cancel_epoch": lease.cancel_epoch,
-        }
-        checkpoint = services.checkpoint_save(**epochs, step="ask", state={"i": i})
-        request = services.attempt_interrupt(
-            **epochs,
-            checkpoint_id=checkpoint.id,
-            kind="input_required",
-            prompt="Which version?",
-            accepted_schema=ANSWER_SCHEMA,
-        )
-        waiting.append((run.id, request.id, checkpoint.id))
+    waiting = waiting_runs(agent, n)
     # One running attempt per worker call kind, beaten and checkpointed many times.
     run = services.run_start(agent=agent, input={"live": True})
     lease = services.attempt_claim(
@@ -317,21 +311,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "checkpoint": (checkpoint, "201"),
         }
         counter = Counter()
-        # psycopg sends BEGIN and COMMIT (or ROLLBACK) as statements of their own, which
-        # execute_wrapper does not see: count them at each end of a transaction.
-        commit, rollback = connection._commit, connection._rollback
-
-        def counted_commit() -> None:
-            counter.n += 2
-            counter.commits += 1
-            commit()
-
-        def counted_rollback() -> None:
-            counter.n += 2
-            rollback()
-
-        connection._commit = counted_commit  # type: ignore[method-assign]
-        connection._rollback = counted_rollback  # type: ignore[method-assign]
+        counter.count_transaction_ends(connection)
         raw_cpu = _raw_update_cpu(url, n)
         figures: dict[str, Any] = {"raw_update_commit_cpu_ms": round(raw_cpu, 3), "ops": {}}
         rows: list[list[Any]] = [["raw UPDATE;COMMIT (psycopg)", raw_cpu, 2, 1, "", "", "", ""]]
@@ -413,6 +393,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             rows,
         )
     )
+    figures["targets"] = [
+        f"{name}: CPU {op['cpu_ms']} ms per request ({verdict(op['cpu_met'])} "
+        f"<= {op['cpu_target_ms']} ms)"
+        + (
+            f", {op['statements']:g} statements ({verdict(op['statements_met'])} "
+            f"<= {op['statement_target']})"
+            if op["statement_target"]
+            else ""
+        )
+        + f"; a raw UPDATE; COMMIT: {figures['raw_update_commit_cpu_ms']} ms"
+        for name, op in figures["ops"].items()
+        if op["cpu_target_ms"] is not None
+    ]
     save_result("request_cost", figures)
     return figures
 

@@ -41,7 +41,7 @@ def _holdpoint_claimer(url: str, samples: int, ready: Any, out: Any) -> None:
     import psycopg
 
     from runs import services
-    from runs.clock import db_now
+    from runs.db import db_now
     from runs.events import WORK_CHANNEL
 
     db_now()

@@ -41,7 +41,7 @@ def holdpoint_worker(
     import os
 
     from runs import services
-    from runs.clock import db_now
+    from runs.db import db_now
 
     worker_id = f"bench-{os.getpid()}"
     db_now()  # open the connection before the clock starts

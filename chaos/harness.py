@@ -363,6 +363,7 @@ def _declare_remote() -> None:
     services.agent_declare(
         name=REMOTE_AGENT,
         actor="system:chaos",
+        owners=["chaos-remote"],  # the token its worker declares it with
         input_schema={"hook_url": "string"},
         description="Remote agent (Python client) of the chaos harness",
     )

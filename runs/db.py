@@ -121,6 +121,15 @@ def build(model: type[M], values: Sequence[Any]) -> M:
     return model.from_db(connection.alias, attnames, row)
 
 
+def row_sql(model: type[Model]) -> str:
+    """``SELECT <columns> FROM <table> t WHERE t.<pk> = %s``: one row by its key."""
+    meta = model._meta
+    return (
+        f'SELECT {columns(model, "t")} FROM "{meta.db_table}" t '  # noqa: S608 - names from the models
+        f'WHERE t."{meta.pk.column}" = %s'
+    )
+
+
 def fetch(model: type[M], sql: str, params: Sequence[Any]) -> tuple[M, tuple[Any, ...]] | None:
     """Run ``sql`` (its first columns ``columns(model, …)``); the instance and the row's
     remaining values, or None without a row."""
@@ -132,14 +141,23 @@ def fetch(model: type[M], sql: str, params: Sequence[Any]) -> tuple[M, tuple[Any
     return build(model, row), tuple(row[width(model) :])
 
 
+def fetch_rows(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...] | None]:
+    """Run several ``;``-separated SELECTs in one round trip (PostgreSQL, client-side
+    binding); the first row of each, or None for one that found nothing. Each statement
+    starts after the one before it has finished: a statement after a ``FOR UPDATE`` reads
+    with the lock held, so it sees what the lock's previous holder committed."""
+    rows: list[tuple[Any, ...] | None] = []
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        while True:
+            rows.append(cursor.fetchone())
+            if not cursor.nextset():
+                return rows
+
+
 def by_pk(model: type[M], pk: Any) -> M | None:
     """``model.objects.filter(pk=pk).first()`` in one cheap statement."""
-    meta = model._meta
-    sql = (
-        f'SELECT {columns(model, "t")} FROM "{meta.db_table}" t '  # noqa: S608 - names from the models
-        f'WHERE t."{meta.pk.column}" = %s'
-    )
-    found = fetch(model, sql, [pk])
+    found = fetch(model, row_sql(model), [pk])
     return None if found is None else found[0]
 
 

@@ -450,9 +450,20 @@ def _key_in_use(*, principal: str, key: str) -> bool:
     Doing it first would run a service for a request that the key already refuses: an
     approver who sends their earlier key with another decision would change the run's
     votes before the 422 rolled them back, or hit a constraint and answer 500."""
+    if postgresql():
+        # Every keyed write asks this: one plain statement, no queryset to compile.
+        with connection.cursor() as cursor:
+            cursor.execute(_KEY_IN_USE, [principal, key])
+            return cursor.fetchone() is not None
     return IdempotencyRecord.objects.filter(
         principal=principal, key=key, expires_at__gt=Now()
     ).exists()
+
+
+_KEY_IN_USE = """
+SELECT 1 FROM runs_idempotencyrecord
+WHERE principal = %s AND key = %s AND expires_at > statement_timestamp()
+"""
 
 
 def _call_in_transaction(

@@ -197,6 +197,8 @@ class Fenced:
     run: Run
     attempt: Attempt
     now: Any  # the database clock, read in the statement that took the run lock
+    # The number the run's next checkpoint takes (asked for with next_checkpoint_number).
+    checkpoint_number: int | None = None
 
 
 def lock_for_worker_write(
@@ -205,6 +207,7 @@ def lock_for_worker_write(
     lease_epoch: int,
     cancel_epoch: int | None,
     worker_token_id: int | None = None,
+    next_checkpoint_number: bool = False,
 ) -> Fenced:
     """Lock the run of ``attempt_id`` and apply the fence (docs/architecture.md, where each rule lives).
 
@@ -219,34 +222,57 @@ def lock_for_worker_write(
 
     One statement finds the run through the attempt (an attempt never changes run),
     locks it and reads the clock; the attempt is read after the lock is held, so it is
-    the version the lock holder before us left behind.
+    the version the lock holder before us left behind (on PostgreSQL in the same round
+    trip). ``next_checkpoint_number`` also reads the number the run's next checkpoint
+    takes, under the lock.
     """
     run: Run | None
+    attempt: Attempt | None
+    checkpoint_number: int | None = None
     if postgresql():
-        found = db.fetch(
-            Run,
+        # One round trip: the lock (with the clock and the agent's gate), then the attempt
+        # and, for a checkpoint, the run's next checkpoint number, both read with the lock
+        # held (a joined row in the locking statement could be the version from before the
+        # lock's previous holder committed).
+        sql = (
             f"SELECT {db.columns(Run, 'r')}, statement_timestamp(), "  # noqa: S608 - names from the models
             f'EXISTS (SELECT 1 FROM "{AgentGate._meta.db_table}" g '
             'WHERE g."agent" = r."agent" AND g."paused") '
             f'FROM "{Run._meta.db_table}" r JOIN "{Attempt._meta.db_table}" a '
-            'ON a."run_id" = r."id" WHERE a."id" = %s FOR UPDATE OF r',
-            [attempt_id],
+            'ON a."run_id" = r."id" WHERE a."id" = %s FOR UPDATE OF r; '
+            f"{db.row_sql(Attempt)}"
         )
-        run = None
-        if found is not None:
+        params = [attempt_id, attempt_id]
+        if next_checkpoint_number:
+            sql += (
+                '; SELECT coalesce(max(c."number"), 0) + 1 '  # noqa: S608 - names from the models
+                f'FROM "{Checkpoint._meta.db_table}" c JOIN "{Attempt._meta.db_table}" a '
+                'ON c."run_id" = a."run_id" WHERE a."id" = %s'
+            )
+            params.append(attempt_id)
+        rows = db.fetch_rows(sql, params)
+        run = attempt = None
+        if rows[0] is not None and rows[1] is not None:
+            run = db.build(Run, rows[0])
             # The agent's gate as the statement found it: whether to stop at a boundary.
-            run, (run.db_now, run.gate_closed_at_lock) = found  # type: ignore[attr-defined]
+            run.db_now, run.gate_closed_at_lock = rows[0][db.width(Run) :]  # type: ignore[attr-defined]
+            attempt = db.build(Attempt, rows[1])
+            if next_checkpoint_number:
+                checkpoint_number = rows[2][0]  # type: ignore[index]
     else:
         run = (
             with_db_now(Run.objects.select_for_update(of=("self",)))
             .filter(attempts__pk=attempt_id)
             .first()
         )
-    if run is None:
+        attempt = None if run is None else db.get(Attempt, attempt_id)
+        if run is not None and next_checkpoint_number:
+            checkpoint_number = (
+                run.checkpoints.order_by("-number").values_list("number", flat=True).first() or 0
+            ) + 1
+    if run is None or attempt is None:
         raise HoldpointError("not_found", f"There is no attempt {attempt_id!r}.")
     now = row_now(run)
-    attempt = db.get(Attempt, attempt_id)
-    assert attempt is not None  # an attempt is never deleted while its run lives
     if worker_token_id is not None and attempt.worker_token_id != worker_token_id:
         STALE_WRITES.labels("not_your_lease").inc()
         raise HoldpointError(
@@ -284,7 +310,7 @@ def lock_for_worker_write(
             "The lease ran out before this write; another worker may take the attempt.",
             lease_expires_at=attempt.lease_expires_at.isoformat(),
         )
-    return Fenced(run=run, attempt=attempt, now=now)
+    return Fenced(run=run, attempt=attempt, now=now, checkpoint_number=checkpoint_number)
 
 
 @dataclass(frozen=True)
@@ -401,7 +427,12 @@ def queue_attempt(
     caller passes it to ``write_run(inserts=[attempt], notify=work_notice(run.agent))``,
     which writes both with the run in one statement."""
     if number is None:  # a new run's first attempt is number 1 without asking
-        latest = run.attempts.order_by("-number").values_list("number", flat=True).first()
+        if postgresql():
+            with connection.cursor() as cursor:  # no queryset to build: docs/performance.md
+                cursor.execute('SELECT max("number") FROM runs_attempt WHERE run_id = %s', [run.pk])
+                (latest,) = cursor.fetchone()
+        else:
+            latest = run.attempts.order_by("-number").values_list("number", flat=True).first()
         number = (latest or 0) + 1
     if (
         resume_request is None

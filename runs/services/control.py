@@ -131,9 +131,11 @@ def run_resume(
 def _the_request_asked(run: Run, request_id: str, checkpoint_id: str | None) -> InputRequest:
     """The pending request ``request_id`` of ``run`` (locked), asked on the run's latest
     checkpoint ``checkpoint_id`` and not expired; else the 409 that says what happened."""
-    request = (
-        InputRequest.objects.select_related("answered_by").filter(pk=request_id, run=run).first()
-    )
+    # Read under the run's lock (no queryset to build: docs/performance.md); who answered
+    # is read only when the answer is a refusal that names them.
+    request = db.get(InputRequest, request_id)
+    if request is not None and request.run_id != run.id:
+        request = None
     if request is None:
         raise HoldpointError(
             "request_mismatch",

@@ -9,12 +9,14 @@ on-commit signals run when they return (Zulip's rule).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, TypedDict
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
+from django.db.models import QuerySet
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -297,6 +299,40 @@ _CLAIMED_ATTEMPT_FIELDS = [
 WORKER_ID_MAX_LENGTH = 200 - len("worker:")
 
 
+def _claimable(
+    due: Any, agents: tuple[str, ...], allowed: tuple[str, ...] | None, excluded: tuple[str, ...]
+) -> QuerySet[Run]:
+    """The claim's query: the next due run, locked, skipping runs other claims hold.
+
+    SKIP LOCKED: concurrent claimers each take a different run instead of queueing behind
+    one another; the partial index run_claimable_idx serves this query. The clock is read in
+    the same statement (``due`` is ``Now()`` on PostgreSQL): "due" and the lease's start are
+    one instant. The agent gate is part of the claimable rule, in the claim's own SQL (NOT
+    EXISTS a closed gate of the run's agent): a paused agent's runs are never claimed and
+    never block other agents'."""
+    candidates = with_db_now(
+        Run.objects.select_for_update(skip_locked=True, of=("self",)).filter(claimable_q(due))
+    )
+    if agents:
+        candidates = candidates.filter(agent__in=agents)
+    if allowed is not None:
+        candidates = candidates.filter(agent__in=allowed)
+    if excluded:
+        candidates = candidates.exclude(agent__in=excluded)
+    return candidates.order_by("not_before")[:1]
+
+
+@functools.lru_cache(maxsize=256)
+def _claim_sql(
+    agents: tuple[str, ...], allowed: tuple[str, ...] | None, excluded: tuple[str, ...]
+) -> tuple[str, tuple[Any, ...]]:
+    """``_claimable``'s SQL on PostgreSQL, compiled once per shape of claim: compiling the
+    queryset cost more CPU than PostgreSQL spends answering it (docs/performance.md, the
+    worker cycle). Its columns are the run's, then the clock (``db.fetch`` reads them)."""
+    sql, params = _claimable(Now(), agents, allowed, excluded).query.sql_with_params()
+    return sql, tuple(params)
+
+
 @transaction.atomic(durable=True)
 def attempt_claim(
     *,
@@ -315,24 +351,18 @@ def attempt_claim(
             "invalid_input", f"worker_id must be 1 to {WORKER_ID_MAX_LENGTH} characters."
         )
     seconds = lease_seconds_or_default(lease_seconds)
-    # SKIP LOCKED: concurrent claimers each take a different run instead of queueing
-    # behind one another; the partial index run_claimable_idx serves this query. The
-    # clock is read in the same statement: "due" and the lease's start are one instant.
-    due = Now() if postgresql() else timezone.now()
-    # The agent gate is part of the claimable rule, in the claim's own SQL (NOT EXISTS a
-    # closed gate of the run's agent): a paused agent's runs are never claimed and never
-    # block other agents'.
-    candidates = with_db_now(
-        Run.objects.select_for_update(skip_locked=True, of=("self",)).filter(claimable_q(due))
-    )
-    if agents:
-        candidates = candidates.filter(agent__in=agents)
-    if serving is not None:
-        if serving.allowed is not None:
-            candidates = candidates.filter(agent__in=serving.allowed)
-        if serving.excluded:
-            candidates = candidates.exclude(agent__in=serving.excluded)
-    run = candidates.order_by("not_before").first()
+    allowed = None if serving is None else serving.allowed
+    excluded = () if serving is None else tuple(sorted(serving.excluded))
+    due: Any
+    if postgresql():
+        due = None  # the statement reads the clock itself
+        found = db.fetch(Run, *_claim_sql(tuple(agents or ()), allowed, excluded))
+        run = None
+        if found is not None:
+            run, (run.db_now,) = found  # type: ignore[attr-defined]
+    else:
+        due = timezone.now()
+        run = _claimable(due, tuple(agents or ()), allowed, excluded).first()
     if run is None:
         return None
     if postgresql():
@@ -340,15 +370,18 @@ def attempt_claim(
         # committed since would not be seen. FOR SHARE reads the latest gate and waits for
         # a pause in flight (agent_pause holds the row FOR UPDATE), so a claim either
         # commits before the pause (which then tells its worker) or sees the gate closed.
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT paused FROM runs_agentgate WHERE agent = %s FOR SHARE", [run.agent]
-            )
-            row = cursor.fetchone()
-        if row is not None and row[0]:
+        # The queued attempt comes back in the same round trip.
+        gate, attempt_row = db.fetch_rows(
+            "SELECT paused FROM runs_agentgate WHERE agent = %s FOR SHARE; "  # noqa: S608 - names from the models
+            + db.row_sql(Attempt),
+            [run.agent, run.current_attempt_id],
+        )
+        if gate is not None and gate[0]:
             return None
-    now = due if isinstance(due, dt.datetime) else row_now(run)
-    attempt = db.get(Attempt, run.current_attempt_id)
+        attempt = None if attempt_row is None else db.build(Attempt, attempt_row)
+    else:
+        attempt = db.get(Attempt, run.current_attempt_id)
+    now = due if due is not None else row_now(run)
     assert attempt is not None  # a claimable run has its queued attempt
     previous = run.status
     run.status = next_status(run.status, "claim")
@@ -618,9 +651,11 @@ def checkpoint_save(
         lease_epoch=lease_epoch,
         cancel_epoch=cancel_epoch,
         worker_token_id=worker_token_id,
+        next_checkpoint_number=True,
     )
     run, attempt = fenced.run, fenced.attempt
-    number = (run.checkpoints.order_by("-number").values_list("number", flat=True).first() or 0) + 1
+    number = fenced.checkpoint_number
+    assert number is not None
     checkpoint = Checkpoint(run=run, attempt=attempt, number=number, step=step, state=state)
     run.latest_checkpoint = checkpoint
     # The boundary itself says whether to stop here, so a worker that missed the signal

@@ -119,10 +119,17 @@ class Command(BaseCommand):
             # Ctrl-C on the dev server stops it within 2 s: a step gets a moment to finish,
             # then its lease is released at once and another start repeats it from its
             # checkpoint (runagents keeps its own --grace-seconds for production).
+            # One grace for both, counted from the same moment (not one after the other).
+            remote_stop = None
+            if remote is not None:
+                remote_stop = threading.Thread(
+                    target=remote.stop, args=(SHUTDOWN_GRACE_SECONDS,), daemon=True
+                )
+                remote_stop.start()
             if pool is not None:
                 pool.stop(timeout=SHUTDOWN_GRACE_SECONDS)
-            if remote is not None:
-                remote.stop(timeout=SHUTDOWN_GRACE_SECONDS)
+            if remote_stop is not None:
+                remote_stop.join()
             receiver.stop()
             self.stdout.write("holdpoint: stopped; leases released.")
         # Everything durable is committed and every lease released. Skip interpreter

@@ -376,7 +376,23 @@ class RunEventSerializer(serializers.ModelSerializer):
         fields = ["seq", "type", "actor", "payload", "created_at"]
 
 
+def checkpoint_data(checkpoint: Checkpoint) -> dict[str, Any]:
+    """``CheckpointSerializer(checkpoint).data`` without DRF's fields: every checkpoint a
+    worker saves is answered with it (building a model serializer's fields cost more CPU
+    than the answer itself, docs/performance.md)."""
+    return {
+        "checkpoint_id": _text(checkpoint.id),
+        "number": int(checkpoint.number),
+        "step": _text(checkpoint.step),
+        "state": checkpoint.state,
+        "attempt_id": _text(checkpoint.attempt_id),
+        "created_at": utc(checkpoint.created_at),
+    }
+
+
 class CheckpointSerializer(serializers.ModelSerializer):
+    """The schema of a checkpoint; the data is ``checkpoint_data``'s."""
+
     checkpoint_id = serializers.CharField(source="id")
     attempt_id = serializers.CharField()
     state = serializers.JSONField()
@@ -385,6 +401,9 @@ class CheckpointSerializer(serializers.ModelSerializer):
     class Meta:
         model = Checkpoint
         fields = ["checkpoint_id", "number", "step", "state", "attempt_id", "created_at"]
+
+    def to_representation(self, instance: Checkpoint) -> dict[str, Any]:
+        return checkpoint_data(instance)
 
 
 class AgentSerializer(serializers.Serializer):

@@ -43,10 +43,10 @@ from rest_framework.views import APIView
 from api.authentication import AnonymousRateAuthentication, IsWorker, WorkerTokenAuthentication
 from api.base import command_schema
 from api.idempotency import IdempotentMixin
-from api.serializers import CheckpointSerializer, InputRequestSerializer, utc
+from api.serializers import CheckpointSerializer, InputRequestSerializer, checkpoint_data, utc
 from api.worker_identity import identity_from_headers, record_identity
 from runs import services
-from runs.models import Run, WorkerToken
+from runs.models import Checkpoint, Run, WorkerToken
 from runs.states import RequestKind, RunStatus
 
 WORKER_AUTH_CODES = (
@@ -163,6 +163,9 @@ class BoundarySerializer(CheckpointSerializer):
 
     class Meta(CheckpointSerializer.Meta):
         fields = [*CheckpointSerializer.Meta.fields, "pause_requested"]
+
+    def to_representation(self, instance: Checkpoint) -> dict[str, Any]:
+        return {**checkpoint_data(instance), "pause_requested": bool(instance.pause_requested)}
 
 
 class RunStateSerializer(serializers.Serializer):

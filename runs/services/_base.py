@@ -131,14 +131,16 @@ def write_run(
     attempt_fields: list[str] | None = None,
     notify: tuple[str, str] | None = None,
     inserts: list[Any] | None = None,
+    updates: list[Any] | None = None,
     new: bool = False,
 ) -> None:
     """Write what a service changed under the run lock in one statement: the events kept by
     ``batched_events(run)`` (one multi-row INSERT), the attempt, the run (``fields``: as
     ``save(update_fields=…)``, all when None), and a ``NOTIFY`` (channel, payload) that
     PostgreSQL delivers at commit. ``inserts``: new rows of one model (a checkpoint) written
-    in the same statement (foreign keys are checked at commit). Data-modifying CTEs always
-    run, each on its own table. Other databases (SQLite, the single-process mode) get the
+    in the same statement (foreign keys are checked at commit); ``updates``: other rows
+    the service changed (a request answered), written whole as ``save()`` writes them.
+    Data-modifying CTEs always run, each on its own table. Other databases (SQLite, the single-process mode) get the
     same rows statement by statement. ``new``: the run itself is inserted (``run_start``)."""
     events = take_events(run)
     if not postgresql():
@@ -146,6 +148,8 @@ def write_run(
             run.save(force_insert=True)
         for obj in inserts or []:
             obj.save(force_insert=True)
+        for obj in updates or []:
+            obj.save()
         if events:
             RunEvent.objects.bulk_create(events)
         if attempt is not None:
@@ -172,6 +176,10 @@ def write_run(
     if attempt is not None:
         sql, values = _update_sql(attempt, attempt_fields)
         ctes.append(f"a AS ({sql})")
+        params += values
+    for index, obj in enumerate(updates or []):
+        sql, values = _update_sql(obj, None)
+        ctes.append(f"u{index} AS ({sql})")
         params += values
     if new:
         # Rows inserted by a CTE are not visible to the statement itself: nothing to update.

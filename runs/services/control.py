@@ -206,7 +206,6 @@ def _answer_and_queue(
     request.answer = value
     request.answered_by = user_or_none(user)
     request.answered_at = now
-    request.save()
     with batched_events(run):
         if request.kind != RequestKind.PAUSE:
             append_event(
@@ -247,8 +246,9 @@ def _answer_and_queue(
             )
         else:
             append_event(run, EventType.RUN_RESUMED, actor, resumed)
-        # The new attempt, the events, the run and the workers' wake-up in one statement.
-        write_run(run, inserts=[attempt], notify=work_notice(run.agent))
+        # The answer, the new attempt, the events, the run and the workers' wake-up in one
+        # statement.
+        write_run(run, inserts=[attempt], updates=[request], notify=work_notice(run.agent))
 
 
 @measured("cancel")

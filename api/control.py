@@ -22,7 +22,6 @@ from api.reads import RunListApi
 from api.serializers import RunSerializer
 from runs import services
 from runs.errors import HoldpointError
-from runs.models import InputRequest
 from runs.selectors import (
     ANSWER,
     APPROVE,
@@ -30,6 +29,7 @@ from runs.selectors import (
     RETRY,
     START,
     permission_for_request_kind,
+    request_kind,
     run_get_for_user,
 )
 
@@ -147,11 +147,7 @@ class RunResumeApi(IdempotentMixin, APIView):
             raise PermissionDenied("You may neither answer questions nor approve actions.")
 
         def refuse(data: dict[str, Any]) -> None:
-            kind = (
-                InputRequest.objects.filter(pk=data["request_id"], run=run)
-                .values_list("kind", flat=True)
-                .first()
-            )
+            kind = request_kind(run_id=run.pk, request_id=data["request_id"])
             # A request of another run is left to the service, which names the pending one.
             if kind is not None:
                 require_perm(user, permission_for_request_kind(kind))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 from django.core.exceptions import PermissionDenied
+from django.db import connection
 from django.db.models import (
     BooleanField,
     Case,
@@ -70,6 +71,26 @@ def permission_for_request_kind(kind: str) -> str:
     if kind == RequestKind.PAUSE:
         return CANCEL
     return APPROVE if kind == RequestKind.AUTH_REQUIRED else ANSWER
+
+
+def request_kind(*, run_id: str, request_id: str) -> str | None:
+    """The kind of ``run_id``'s request ``request_id`` (None: no such request of this run),
+    for the permission an answer needs before the service runs. A plain statement: every
+    answer asks it (docs/performance.md)."""
+    if postgresql():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT kind FROM runs_inputrequest WHERE id = %s AND run_id = %s",
+                [request_id, run_id],
+            )
+            row = cursor.fetchone()
+        return None if row is None else str(row[0])
+    found: str | None = (
+        InputRequest.objects.filter(pk=request_id, run_id=run_id)
+        .values_list("kind", flat=True)
+        .first()
+    )
+    return found
 
 
 def run_get_for_user(

@@ -19,7 +19,6 @@ Reuse for other worker endpoints (the ledger's side effects)::
 from __future__ import annotations
 
 import datetime as dt
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +40,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
+from api.memo import ProcessMemo
 from runs import db, tokens
 from runs.db import postgresql
 from runs.models import WorkerToken
@@ -177,57 +177,25 @@ class ThrottledTokenAuthentication(FailureCountingMixin, TokenAuthentication):
         return user, token
 
 
-class _TokenCache:
-    """Worker tokens this process looked up, by hash, each trusted for
-    ``HOLDPOINT_WORKER_TOKEN_CACHE_SECONDS`` (monotonic clock). Every worker call
-    authenticates, and the look-up was a query of its own on each.
-
-    The bound on revocation: a token revoked in this process is forgotten at once
-    (``runs.tokens.revocations``); one revoked elsewhere (another web process, the
-    command line) is refused here at most that many seconds later. Unknown or revoked
-    tokens are never cached: a failing credential is looked up and counted every time."""
-
-    MAX = 1000
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._entries: dict[str, tuple[float, WorkerToken]] = {}
-        self._seen_revocations = tokens.revocations
-
-    def get(self, token_hash: str) -> WorkerToken | None:
-        ttl = float(settings.HOLDPOINT_WORKER_TOKEN_CACHE_SECONDS)
-        with self._lock:
-            if self._seen_revocations != tokens.revocations:
-                self._entries.clear()
-                self._seen_revocations = tokens.revocations
-            entry = self._entries.get(token_hash)
-            if entry is not None and ttl > 0 and time.monotonic() - entry[0] < ttl:
-                return entry[1]
-        return None
-
-    def put(self, token_hash: str, token: WorkerToken) -> None:
-        if float(settings.HOLDPOINT_WORKER_TOKEN_CACHE_SECONDS) <= 0:
-            return
-        with self._lock:
-            if len(self._entries) >= self.MAX:
-                self._entries.pop(next(iter(self._entries)))
-            self._entries[token_hash] = (time.monotonic(), token)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-
-
-worker_tokens = _TokenCache()
+# Worker tokens this process looked up, by hash, each with when (monotonic clock), trusted
+# for HOLDPOINT_WORKER_TOKEN_CACHE_SECONDS: every worker call authenticates, and the look-up
+# was a query of its own on each. The bound on revocation: a token revoked in this process
+# is forgotten at once (runs.tokens.revocations); one revoked elsewhere (another web
+# process, the command line) is refused here at most that many seconds later. Unknown or
+# revoked tokens are never kept: a failing credential is looked up and counted every time.
+worker_tokens: ProcessMemo[str, tuple[float, WorkerToken]] = ProcessMemo(
+    1000, lambda: tokens.revocations
+)
 
 
 def _active_worker_token(token_hash: str) -> WorkerToken | None:
-    cached = worker_tokens.get(token_hash)
-    if cached is not None:
-        return cached
+    ttl = float(settings.HOLDPOINT_WORKER_TOKEN_CACHE_SECONDS)
+    kept = worker_tokens.get(token_hash)
+    if kept is not None and ttl > 0 and time.monotonic() - kept[0] < ttl:
+        return kept[1]
     found = _look_up_worker_token(token_hash)
-    if found is not None:
-        worker_tokens.put(token_hash, found)
+    if found is not None and ttl > 0:
+        worker_tokens.put(token_hash, (time.monotonic(), found))
     return found
 
 

@@ -10,12 +10,12 @@ that break a limit are refused with 400 ``malformed_request`` before anything is
 from __future__ import annotations
 
 import math
-import threading
 import time
 from typing import Any
 
 from rest_framework.request import Request
 
+from api.memo import ProcessMemo
 from runs import services
 from runs.errors import HoldpointError
 from runs.models import WorkerToken
@@ -68,39 +68,15 @@ def _number(request: Request, which: str, *, integer: bool) -> float | None:
     return value
 
 
-class _Seen:
-    """Per process: the identities parsed from each set of headers, and when each was last
-    written (``worker_seen`` returned True). A worker sends the same headers on every call,
-    so a call parses and checks them once, and between two writes ``TOUCH_SECONDS`` apart
-    calls do not even ask ``worker_seen``: once the interval is over they ask again on each
-    call until it writes, so a contact is written as soon as before (runs/workers.py)."""
-
-    MAX = 10_000
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._parsed: dict[tuple[str, ...], tuple[Identity, float]] = {}
-        self._forgotten = workers.forgotten
-
-    def get(self, key: tuple[str, ...]) -> tuple[Identity, float] | None:
-        with self._lock:
-            if self._forgotten != workers.forgotten:  # runs.services.workers forgot them
-                self._parsed.clear()
-                self._forgotten = workers.forgotten
-            return self._parsed.get(key)
-
-    def put(self, key: tuple[str, ...], identity: Identity, written_at: float) -> None:
-        with self._lock:
-            if key not in self._parsed and len(self._parsed) >= self.MAX:
-                self._parsed.pop(next(iter(self._parsed)))
-            self._parsed[key] = (identity, written_at)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._parsed.clear()
-
-
-seen = _Seen()
+# Per process: the identity parsed from each set of headers, and when it was last written
+# (worker_seen returned True). A worker sends the same headers on every call, so a call
+# parses and checks them once, and between two writes TOUCH_SECONDS apart calls do not even
+# ask worker_seen: once the interval is over they ask again on each call until it writes,
+# so a contact is written as soon as before (runs/workers.py). Forgotten when
+# runs.services.workers forgets workers.
+seen: ProcessMemo[tuple[str, ...], tuple[Identity, float]] = ProcessMemo(
+    10_000, lambda: workers.forgotten
+)
 
 
 def _raw_key(request: Request) -> tuple[str, ...]:
@@ -141,7 +117,7 @@ def identity_from_headers(request: Request) -> Identity | None:
     problem = identity_problem(identity)
     if problem is not None:
         raise _malformed(problem)
-    seen.put(_raw_key(request), identity, -math.inf)
+    seen.put(_raw_key(request), (identity, -math.inf))
     return identity
 
 
@@ -160,7 +136,7 @@ def identity_from_claim(request: Request, data: dict[str, Any]) -> Identity:
 def record_identity(identity: Identity, request: Request | None = None) -> None:
     """Record the worker's contact (bounded: most calls write nothing). With the
     ``request`` its headers came from, a call within ``TOUCH_SECONDS`` of this process's
-    last write of them asks nothing (``_Seen``)."""
+    last write of them asks nothing (``seen``)."""
     key = _raw_key(request) if request is not None else None
     now = time.monotonic()
     if key is not None:
@@ -172,4 +148,4 @@ def record_identity(identity: Identity, request: Request | None = None) -> None:
     except ValueError as exc:  # a limit the headers' checks did not cover
         raise _malformed(str(exc)) from exc
     if written and key is not None:
-        seen.put(key, identity, now)
+        seen.put(key, (identity, now))

@@ -140,8 +140,9 @@ def write_run(
     PostgreSQL delivers at commit. ``inserts``: new rows of one model (a checkpoint) written
     in the same statement (foreign keys are checked at commit); ``updates``: other rows
     the service changed (a request answered), written whole as ``save()`` writes them.
-    Data-modifying CTEs always run, each on its own table. Other databases (SQLite, the single-process mode) get the
-    same rows statement by statement. ``new``: the run itself is inserted (``run_start``)."""
+    Data-modifying CTEs always run, each on its own table. Other databases (SQLite, the
+    single-process mode) get the same rows statement by statement. ``new``: the run itself
+    is inserted (``run_start``)."""
     events = take_events(run)
     if not postgresql():
         if new:

@@ -64,7 +64,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from runs.db import db_now, postgresql
+from runs.db import db_now, fetch_rows, postgresql
 from runs.errors import HoldpointError
 from runs.models import IdempotencyRecord
 from runs.schemas import canonical_json
@@ -452,9 +452,7 @@ def _key_in_use(*, principal: str, key: str) -> bool:
     votes before the 422 rolled them back, or hit a constraint and answer 500."""
     if postgresql():
         # Every keyed write asks this: one plain statement, no queryset to compile.
-        with connection.cursor() as cursor:
-            cursor.execute(_KEY_IN_USE, [principal, key])
-            return cursor.fetchone() is not None
+        return fetch_rows(_KEY_IN_USE, [principal, key])[0] is not None
     return IdempotencyRecord.objects.filter(
         principal=principal, key=key, expires_at__gt=Now()
     ).exists()

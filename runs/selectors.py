@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 from django.core.exceptions import PermissionDenied
-from django.db import connection
 from django.db.models import (
     BooleanField,
     Case,
@@ -78,12 +77,10 @@ def request_kind(*, run_id: str, request_id: str) -> str | None:
     for the permission an answer needs before the service runs. A plain statement: every
     answer asks it (docs/performance.md)."""
     if postgresql():
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT kind FROM runs_inputrequest WHERE id = %s AND run_id = %s",
-                [request_id, run_id],
-            )
-            row = cursor.fetchone()
+        row = db.fetch_rows(
+            "SELECT kind FROM runs_inputrequest WHERE id = %s AND run_id = %s",
+            [request_id, run_id],
+        )[0]
         return None if row is None else str(row[0])
     found: str | None = (
         InputRequest.objects.filter(pk=request_id, run_id=run_id)

@@ -437,9 +437,10 @@ def queue_attempt(
     which writes both with the run in one statement."""
     if number is None:  # a new run's first attempt is number 1 without asking
         if postgresql():
-            with connection.cursor() as cursor:  # no queryset to build: docs/performance.md
-                cursor.execute('SELECT max("number") FROM runs_attempt WHERE run_id = %s', [run.pk])
-                (latest,) = cursor.fetchone()
+            # No queryset to build (docs/performance.md); an aggregate always has its row.
+            (latest,) = db.fetch_rows(  # type: ignore[misc]
+                'SELECT max("number") FROM runs_attempt WHERE run_id = %s', [run.pk]
+            )[0]
         else:
             latest = run.attempts.order_by("-number").values_list("number", flat=True).first()
         number = (latest or 0) + 1

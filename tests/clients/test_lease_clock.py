@@ -35,6 +35,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from bench.common import process_cpu_seconds
 from runs import services
 from runs.models import Attempt, Run, RunEvent
 from tests.api.conftest import post, worker_client
@@ -248,12 +249,6 @@ def available_cores() -> float:
     return cores if quota == "max" else min(cores, int(quota) / int(period))
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU seconds (user + system) process ``pid`` has used, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 # How long the hogs saturate the machine while the workers run (the load average's minute
 # to rise past four times the cores, and a minute above it, as first written).
 HOGGED_SECONDS = 120.0
@@ -295,7 +290,7 @@ def test_workers_keep_their_leases_under_a_cpu_hog(
                 if lost or group.gave_up():
                     break  # It failed already.
                 time.sleep(1.0)
-            hog_cpu = sum(cpu_seconds(hog.pid) for hog in hogs)
+            hog_cpu = sum(process_cpu_seconds(hog.pid) for hog in hogs)
             hogged = time.monotonic() - hogged_from
             if not RunEvent.objects.filter(run_id__in=run_ids, type="attempt.lost").exists():
                 wait_all_succeeded(run_ids, timeout=300)

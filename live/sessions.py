@@ -3,14 +3,18 @@ the sockets of a push (the same checks as ``django.contrib.auth.get_user``)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from importlib import import_module
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.contrib.auth.backends import ModelBackend
-from django.contrib.auth.models import Permission
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import Group, Permission
+from django.contrib.contenttypes.models import ContentType
 from django.contrib.sessions.models import Session
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare
@@ -30,13 +34,15 @@ def signed_in_users(scopes: Iterable[dict[str, Any]]) -> dict[str, Person | None
 
     The same checks as ``django.contrib.auth.get_user``: a session that ended (signed out,
     expired) or whose password changed since gives no user, nor does an inactive one.
-    Permissions are read afresh (``permissions_of``).
+    Permissions are read afresh (``permissions_of``). Every push reads the rows again; what
+    is computed from a row's text alone (a session's claim, a password's session hash) is
+    kept per process, keyed by that text, so a changed row is a new key.
     """
     keys = {session_key(scope) for scope in scopes} - {""}
     claims: dict[str, tuple[str, str]] = {}
-    for key, data in _sessions(keys):
-        if SESSION_KEY in data:
-            claims[key] = (str(data[SESSION_KEY]), str(data.get(HASH_SESSION_KEY)))
+    for key, claim in _session_claims(keys):
+        if claim is not None:
+            claims[key] = claim
     user_model = get_user_model()
     user_ids = {user_id for user_id, _hash in claims.values()}
     users = {str(u.pk): u for u in user_model._default_manager.filter(pk__in=user_ids)}
@@ -46,7 +52,7 @@ def signed_in_users(scopes: Iterable[dict[str, Any]]) -> dict[str, Person | None
         user = users.get(user_id)
         if user is None or not user.is_active:
             continue
-        if not constant_time_compare(session_hash, user.get_session_auth_hash()):
+        if not constant_time_compare(session_hash, _session_auth_hash(user)):
             continue
         signed_in[key] = user
     roles = permissions_of(list({id(u): u for u in signed_in.values()}.values()))
@@ -79,8 +85,8 @@ def _model_backend_permissions() -> bool:
 
 
 def permissions_of(users: list[Any]) -> dict[int, Role]:
-    """Each (active) user's role, by ``id(user)``: three queries for them all (their own
-    permissions, their groups, those groups' permissions).
+    """Each (active) user's role, by ``id(user)``: one query for them all (their own
+    permissions, their groups, those groups' permissions: ``_permission_rows``).
 
     The same answer as ``user.get_all_permissions()`` with Django's ``ModelBackend`` (the
     user's own permissions and their groups'; a superuser has every one). With other
@@ -94,26 +100,17 @@ def permissions_of(users: list[Any]) -> dict[int, Role]:
     roles: dict[int, Role] = {}
     ordinary = {str(u.pk): u for u in users if not u.is_superuser}
     found: dict[str, set[str]] = {pk: set() for pk in ordinary}
-    own = Permission.objects.filter(user__in=list(ordinary)).values_list(
-        "user", "content_type__app_label", "codename"
-    )
-    for user_pk, app_label, codename in own:
-        found[str(user_pk)].add(f"{app_label}.{codename}")
-    # Each group's permissions once, not once per member: a hundred people in three
-    # groups are a hundred memberships and the three groups' permissions.
-    memberships = list(
-        get_user_model()
-        .groups.through.objects.filter(user__in=list(ordinary))
-        .values_list("user", "group")
-    )
-    if memberships:
-        of_group: dict[Any, set[str]] = {}
-        for group_pk, app_label, codename in Permission.objects.filter(
-            group__in={group_pk for _user_pk, group_pk in memberships}
-        ).values_list("group", "content_type__app_label", "codename"):
-            of_group.setdefault(group_pk, set()).add(f"{app_label}.{codename}")
-        for user_pk, group_pk in memberships:
-            found[str(user_pk)] |= of_group.get(group_pk, set())
+    memberships: list[tuple[str, Any]] = []
+    of_group: dict[Any, set[str]] = {}
+    for kind, user_pk, group_pk, name in _permission_rows([u.pk for u in ordinary.values()]):
+        if kind == "user":
+            found[str(user_pk)].add(name)
+        elif kind == "member":
+            memberships.append((str(user_pk), group_pk))
+        else:
+            of_group.setdefault(group_pk, set()).add(name)
+    for user_key, group_pk in memberships:
+        found[user_key] |= of_group.get(group_pk, set())
     for key, user in ordinary.items():
         roles[id(user)] = Role(frozenset(found[key]))
     for user in users:
@@ -122,13 +119,92 @@ def permissions_of(users: list[Any]) -> dict[int, Role]:
     return roles
 
 
-def _sessions(keys: set[str]) -> Iterable[tuple[str, dict[str, Any]]]:
-    """The data of the sessions that still exist: one query with database sessions."""
+def _permission_rows(pks: list[Any]) -> list[tuple[str, Any, Any, str]]:
+    """(kind, user, group, "app_label.codename") for the users ``pks``, in one statement:
+    each user's own permissions ("user"), each membership ("member", no name), and each of
+    those groups' permissions once ("group"), not once per member: a hundred people in
+    three groups are a hundred memberships and the three groups' permissions."""
+    if not pks:
+        return []
+    user_model = get_user_model()
+    own = user_model.user_permissions.through._meta
+    member = user_model.groups.through._meta
+    granted = Group.permissions.through._meta
+    perm, kind_of = Permission._meta, ContentType._meta
+    qn = connection.ops.quote_name
+
+    def col(meta: Any, field: str) -> str:
+        return qn(meta.get_field(field).column)
+
+    if connection.vendor == "postgresql":
+        among, params = "= ANY(%s)", [list(pks)] * 3
+    else:
+        among, params = f"IN ({', '.join(['%s'] * len(pks))})", list(pks) * 3
+    name = f"ct.{col(kind_of, 'app_label')}, p.{col(perm, 'codename')}"
+    joined = (
+        f"JOIN {qn(perm.db_table)} p ON p.{col(perm, 'id')} = x.{{permission}} "
+        f"JOIN {qn(kind_of.db_table)} ct ON ct.{col(kind_of, 'id')} = p.{col(perm, 'content_type')}"
+    )
+    sql = (
+        f"SELECT 'user', x.{col(own, 'user')}, NULL, {name} FROM {qn(own.db_table)} x "
+        + joined.format(permission=col(own, "permission"))
+        + f" WHERE x.{col(own, 'user')} {among}"
+        f" UNION ALL SELECT 'member', m.{col(member, 'user')}, m.{col(member, 'group')}, NULL, NULL"
+        f" FROM {qn(member.db_table)} m WHERE m.{col(member, 'user')} {among}"
+        f" UNION ALL SELECT 'group', NULL, x.{col(granted, 'group')}, {name}"
+        f" FROM {qn(granted.db_table)} x "
+        + joined.format(permission=col(granted, "permission"))
+        + f" WHERE x.{col(granted, 'group')} IN (SELECT m.{col(member, 'group')}"
+        f" FROM {qn(member.db_table)} m WHERE m.{col(member, 'user')} {among})"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [
+            (kind, user_pk, group_pk, f"{app_label}.{codename}")
+            for kind, user_pk, group_pk, app_label, codename in cursor.fetchall()
+        ]
+
+
+def _session_claims(keys: set[str]) -> Iterable[tuple[str, tuple[str, str] | None]]:
+    """Each session that still exists, with its claim (``_claim``): one query with database
+    sessions, which reads the rows' text only (no model objects)."""
     if settings.SESSION_ENGINE in DATABASE_SESSIONS:
-        rows = Session.objects.filter(session_key__in=keys, expire_date__gt=timezone.now())
-        return [(row.session_key, row.get_decoded()) for row in rows]
+        rows = Session.objects.filter(
+            session_key__in=keys, expire_date__gt=timezone.now()
+        ).values_list("session_key", "session_data")
+        return [(key, _claim(data, settings.SECRET_KEY)) for key, data in rows]
     engine = import_module(settings.SESSION_ENGINE)
-    return [(key, engine.SessionStore(key).load()) for key in keys]
+    return [(key, _claim_of(engine.SessionStore(key).load())) for key in keys]
+
+
+@functools.lru_cache(maxsize=4096)
+def _claim(session_data: str, _secret: str) -> tuple[str, str] | None:
+    """Who a database session's text says it stands for: (user id, session hash), or None.
+
+    A pure function of the text (and the process's ``SECRET_KEY``): a session that is
+    saved again has a new text, a signed-out one no row; the secret is part of the key. Decoding checks the text's
+    signature, the bulk of a push's session work when computed again for every socket."""
+    return _claim_of(Session.get_session_store_class()().decode(session_data))
+
+
+def _claim_of(data: dict[str, Any]) -> tuple[str, str] | None:
+    if SESSION_KEY not in data:
+        return None
+    return (str(data[SESSION_KEY]), str(data.get(HASH_SESSION_KEY)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _password_session_hash(user_model: type, pk: Any, password: str, _secret: str) -> str:
+    return str(user_model(pk=pk, password=password).get_session_auth_hash())
+
+
+def _session_auth_hash(user: Any) -> str:
+    """``user.get_session_auth_hash()``, kept per (user, password): Django's
+    ``AbstractBaseUser`` computes it from the password's hash alone. A user model that
+    computes it otherwise is asked each time."""
+    if type(user).get_session_auth_hash is not AbstractBaseUser.get_session_auth_hash:
+        return str(user.get_session_auth_hash())
+    return _password_session_hash(type(user), user.pk, user.password, settings.SECRET_KEY)
 
 
 def session_key(scope: dict[str, Any]) -> str:

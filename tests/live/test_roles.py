@@ -145,7 +145,7 @@ def test_it_renders_the_users_part_once_per_role_and_each_role_gets_its_own(
     assert Run.objects.get(pk=target.id).status == "cancelled"
 
 
-def test_it_reads_everyones_permissions_in_three_queries(
+def test_it_reads_everyones_permissions_in_one_query(
     django_assert_num_queries: Any,
 ) -> None:
     ensure_default_groups()
@@ -164,7 +164,7 @@ def test_it_reads_everyones_permissions_in_three_queries(
     )
     users += list(User.objects.filter(pk__in=[boss.pk, nobody.pk]).order_by("pk"))
 
-    with django_assert_num_queries(3):
+    with django_assert_num_queries(1):
         roles = sessions.permissions_of(users)
     # The user objects are asked nothing and written nothing: renders ask the roles.
     assert not any(
@@ -183,6 +183,75 @@ def test_it_reads_everyones_permissions_in_three_queries(
         frozenset(User.objects.get(pk=operator.pk).get_all_permissions())
     )
     assert roles[id(users[0])] != roles[id(users[1])]
+
+
+def signed_in_session(user: User) -> str:
+    """A session of ``user`` as a sign-in leaves it; its key."""
+    from django.conf import settings
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+    from django.contrib.sessions.backends.db import SessionStore
+
+    session = SessionStore()
+    session[SESSION_KEY] = str(user.pk)
+    session[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
+    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    session.create()
+    assert session.session_key is not None
+    return session.session_key
+
+
+def test_who_each_socket_is_costs_three_statements_and_follows_every_change(
+    django_assert_num_queries: Any,
+) -> None:
+    """A push asks who each socket is in three statements however many sockets (sessions,
+    users, permissions), and what it keeps per process (a session's claim, a password's
+    session hash) never outlives the row it came from: a new password, a deactivated
+    account, a sign-out, a session saved again for someone else and a forged one are each
+    seen at the next push."""
+    from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY
+    from django.contrib.sessions.backends.db import SessionStore
+    from django.contrib.sessions.models import Session
+
+    people = [person(f"p{n}", ("viewer", "operator", "approver")[n % 3]) for n in range(12)]
+    keys = [signed_in_session(user) for user in people]
+    scopes = [{"cookies": {"sessionid": key}} for key in keys] + [{"cookies": {}}]
+
+    def who() -> dict[str, Any]:
+        with django_assert_num_queries(3):
+            return sessions.signed_in_users(scopes)
+
+    first = who()
+    assert [first[key].pk for key in keys] == [user.pk for user in people]
+    again = who()  # what is kept per process answers the same
+    assert again == first
+
+    changed = people[0]
+    changed.set_password("a new one")
+    changed.save()
+    people[1].is_active = False
+    people[1].save()
+    Session.objects.filter(session_key=keys[2]).delete()  # signed out
+    # The session of people[3] saved again as people[4]'s: the new text is a new claim.
+    moved = SessionStore(keys[3])
+    moved[SESSION_KEY] = str(people[4].pk)
+    moved[HASH_SESSION_KEY] = people[4].get_session_auth_hash()
+    moved.save()
+    # A row whose text was not signed with this server's secret claims nobody.
+    forged = Session.objects.get(session_key=keys[5])
+    forged.session_data = forged.session_data[:-4] + "AAAA"
+    forged.save()
+
+    after = who()
+    assert after[keys[0]] is None
+    assert after[keys[1]] is None
+    assert after[keys[2]] is None
+    assert after[keys[3]] is not None and after[keys[3]].pk == people[4].pk
+    assert after[keys[5]] is None
+    assert [after[key].pk for key in keys[6:]] == [user.pk for user in people[6:]]
+    # The new password's sessions are good again once signed in with it.
+    fresh = signed_in_session(User.objects.get(pk=changed.pk))
+    scopes.append({"cookies": {"sessionid": fresh}})
+    assert who()[fresh].pk == changed.pk
 
 
 def test_a_role_is_answered_by_the_selectors_as_its_people_are() -> None:

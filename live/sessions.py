@@ -9,13 +9,14 @@ from importlib import import_module
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
 from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import Group, Permission
 from django.contrib.contenttypes.models import ContentType
+from django.contrib.sessions.backends.db import SessionStore as DatabaseSessionStore
 from django.contrib.sessions.models import Session
+from django.db import connection
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare
 from django.utils.module_loading import import_string
@@ -127,35 +128,39 @@ def _permission_rows(pks: list[Any]) -> list[tuple[str, Any, Any, str]]:
     if not pks:
         return []
     user_model = get_user_model()
-    own = user_model.user_permissions.through._meta
-    member = user_model.groups.through._meta
-    granted = Group.permissions.through._meta
-    perm, kind_of = Permission._meta, ContentType._meta
     qn = connection.ops.quote_name
 
-    def col(meta: Any, field: str) -> str:
-        return qn(meta.get_field(field).column)
+    def names(model: Any, *fields: str) -> dict[str, str]:
+        meta = model._meta
+        return {"table": qn(meta.db_table)} | {f: qn(meta.get_field(f).column) for f in fields}
 
+    own = names(user_model.user_permissions.through, "user", "permission")
+    member = names(user_model.groups.through, "user", "group")
+    granted = names(Group.permissions.through, "group", "permission")
+    perm = names(Permission, "id", "content_type", "codename")
+    kind = names(ContentType, "id", "app_label")
     if connection.vendor == "postgresql":
         among, params = "= ANY(%s)", [list(pks)] * 3
     else:
         among, params = f"IN ({', '.join(['%s'] * len(pks))})", list(pks) * 3
-    name = f"ct.{col(kind_of, 'app_label')}, p.{col(perm, 'codename')}"
-    joined = (
-        f"JOIN {qn(perm.db_table)} p ON p.{col(perm, 'id')} = x.{{permission}} "
-        f"JOIN {qn(kind_of.db_table)} ct ON ct.{col(kind_of, 'id')} = p.{col(perm, 'content_type')}"
-    )
+
+    def named(rows: dict[str, str]) -> str:
+        """The permission of ``x``'s rows, as (app_label, codename)."""
+        return (
+            f"JOIN {perm['table']} p ON p.{perm['id']} = x.{rows['permission']} "
+            f"JOIN {kind['table']} ct ON ct.{kind['id']} = p.{perm['content_type']}"
+        )
+
+    # Names from the models, quoted; the users' ids are parameters.
     sql = (
-        f"SELECT 'user', x.{col(own, 'user')}, NULL, {name} FROM {qn(own.db_table)} x "
-        + joined.format(permission=col(own, "permission"))
-        + f" WHERE x.{col(own, 'user')} {among}"
-        f" UNION ALL SELECT 'member', m.{col(member, 'user')}, m.{col(member, 'group')}, NULL, NULL"
-        f" FROM {qn(member.db_table)} m WHERE m.{col(member, 'user')} {among}"
-        f" UNION ALL SELECT 'group', NULL, x.{col(granted, 'group')}, {name}"
-        f" FROM {qn(granted.db_table)} x "
-        + joined.format(permission=col(granted, "permission"))
-        + f" WHERE x.{col(granted, 'group')} IN (SELECT m.{col(member, 'group')}"
-        f" FROM {qn(member.db_table)} m WHERE m.{col(member, 'user')} {among})"
+        f"SELECT 'user', x.{own['user']}, NULL, ct.{kind['app_label']}, p.{perm['codename']} "  # noqa: S608 - names from the models
+        f"FROM {own['table']} x {named(own)} WHERE x.{own['user']} {among} "
+        f"UNION ALL SELECT 'member', m.{member['user']}, m.{member['group']}, NULL, NULL "
+        f"FROM {member['table']} m WHERE m.{member['user']} {among} "
+        f"UNION ALL SELECT 'group', NULL, x.{granted['group']}, ct.{kind['app_label']}, "
+        f"p.{perm['codename']} FROM {granted['table']} x {named(granted)} "
+        f"WHERE x.{granted['group']} IN (SELECT m.{member['group']} FROM {member['table']} m "
+        f"WHERE m.{member['user']} {among})"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -181,10 +186,10 @@ def _session_claims(keys: set[str]) -> Iterable[tuple[str, tuple[str, str] | Non
 def _claim(session_data: str, _secret: str) -> tuple[str, str] | None:
     """Who a database session's text says it stands for: (user id, session hash), or None.
 
-    A pure function of the text (and the process's ``SECRET_KEY``): a session that is
-    saved again has a new text, a signed-out one no row; the secret is part of the key. Decoding checks the text's
-    signature, the bulk of a push's session work when computed again for every socket."""
-    return _claim_of(Session.get_session_store_class()().decode(session_data))
+    A pure function of the text and the secret (both in the key): a session saved again
+    has a new text, a signed-out one no row. Decoding checks the text's signature, the bulk
+    of a push's session work when done again for every socket at every push."""
+    return _claim_of(DatabaseSessionStore().decode(session_data))
 
 
 def _claim_of(data: dict[str, Any]) -> tuple[str, str] | None:
@@ -194,17 +199,17 @@ def _claim_of(data: dict[str, Any]) -> tuple[str, str] | None:
 
 
 @functools.lru_cache(maxsize=4096)
-def _password_session_hash(user_model: type, pk: Any, password: str, _secret: str) -> str:
-    return str(user_model(pk=pk, password=password).get_session_auth_hash())
+def _password_session_hash(pk: Any, password: str, _secret: str) -> str:
+    return str(get_user_model()(pk=pk, password=password).get_session_auth_hash())
 
 
 def _session_auth_hash(user: Any) -> str:
-    """``user.get_session_auth_hash()``, kept per (user, password): Django's
-    ``AbstractBaseUser`` computes it from the password's hash alone. A user model that
-    computes it otherwise is asked each time."""
+    """``user.get_session_auth_hash()``, kept per (user, password hash, secret): Django's
+    ``AbstractBaseUser`` computes it from these alone. A user model that computes it
+    otherwise is asked each time."""
     if type(user).get_session_auth_hash is not AbstractBaseUser.get_session_auth_hash:
         return str(user.get_session_auth_hash())
-    return _password_session_hash(type(user), user.pk, user.password, settings.SECRET_KEY)
+    return _password_session_hash(user.pk, user.password, settings.SECRET_KEY)
 
 
 def session_key(scope: dict[str, Any]) -> str:

@@ -23,10 +23,13 @@ Two budgets per process, because they hold different things:
   a pooled connection only for the moment it looks again; counting them in the first
   budget would let a few hundred idle waits starve every heartbeat.
 
-Heartbeats (a path ending ``/heartbeat``) go first: they may use ``HEARTBEAT_RESERVE`` more
-requests than the limit (a quarter of it, at least 2), so that when other work is refused a
-live worker still renews its lease and does not lose its attempt to the overload. A
-heartbeat is one short statement; a lost lease costs a whole attempt.
+Heartbeats (a path ending ``/heartbeat``) go first: they may use as many requests again
+past the limit (``heartbeat_reserve``: the limit, at least 2), so that when other work is
+refused a live worker still renews its lease and does not lose its attempt to the
+overload. A heartbeat is one short statement; a lost lease costs a whole attempt. With a
+quarter of the limit as the reserve, 120 s of ~5x overload at 1,000 agents refused 6,247
+heartbeats and one waited 24 s of a 30 s lease; with the whole limit, 1,041 and 12 s
+(bench/results/2026-12-04-overload.md).
 
 0 turns a budget off. Health checks (``/healthz``, ``/readyz``, ``/metrics``) are never
 refused: a load balancer must see a busy node as alive. Why not uvicorn's own
@@ -54,7 +57,7 @@ NEVER_REFUSED = frozenset({"/healthz", "/readyz", "/metrics"})
 
 def heartbeat_reserve(limit: int) -> int:
     """How many requests past ``limit`` a heartbeat may still be admitted."""
-    return max(2, limit // 4)
+    return max(2, limit)
 
 
 def is_long_poll(path: str) -> bool:

@@ -72,6 +72,7 @@ import time
 import uuid
 from bisect import bisect_right
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -165,9 +166,22 @@ class SimAgent:
         # together with its neighbours' (one POST /api/worker/heartbeat per interval).
         self.group: WorkerProcess | None = None
 
-    async def post(self, call: str, path: str, body: Any, **kw: Any) -> tuple[Any, str]:
+    async def post(
+        self,
+        call: str,
+        path: str,
+        body: Any,
+        *,
+        lock: asyncio.Lock | None = None,
+        answered: Callable[[], Any] | None = None,
+        **kw: Any,
+    ) -> tuple[Any, str]:
         """Send with a fresh key and again with the same key until answered (as the clients
-        do), up to ``RETRY_FOR`` seconds; record the answer, the refusals and the retries."""
+        do), up to ``RETRY_FOR`` seconds; record the answer, the refusals and the retries.
+
+        With ``lock``, each try holds it and the waits between tries do not, so that the
+        calls sharing it (an attempt's heartbeats and its question) go on while one is
+        refused; ``answered`` runs under the lock of the try that got the answer."""
         headers = {"Idempotency-Key": str(uuid.uuid4()), **kw.pop("headers", {})}
         sent = time.monotonic()
         t0 = time.perf_counter()
@@ -176,7 +190,13 @@ class SimAgent:
         while True:
             tries += 1
             try:
-                response = await client.post(path, json=body, headers=headers, **kw)
+                async with lock or contextlib.nullcontext():
+                    response = await client.post(path, json=body, headers=headers, **kw)
+                    final = response.status_code < 500 and response.status_code not in REFUSED
+                    if final and _outcome(response)[1] == "idempotency_in_progress":
+                        final = False
+                    if final and answered is not None:
+                        answered()
             except Exception as exc:  # transport errors, timeouts: sent again
                 why = f"transport {type(exc).__name__}"
                 self.rec.retries.append((call, sent, why))
@@ -258,11 +278,10 @@ class SimAgent:
         while True:
             when += HEARTBEAT_EVERY
             await asyncio.sleep(max(0.0, when - time.monotonic()))
-            async with lock:
-                self.rec.lags.append((when, time.monotonic() - when))
-                _, code = await self.post(
-                    "heartbeat", f"{url}/heartbeat", {"lease_epoch": lease_epoch}
-                )
+            self.rec.lags.append((when, time.monotonic() - when))
+            _, code = await self.post(
+                "heartbeat", f"{url}/heartbeat", {"lease_epoch": lease_epoch}, lock=lock
+            )
             if code in LOST_LEASE_CODES:
                 return
 
@@ -331,10 +350,15 @@ class SimAgent:
             "accepted_schema": ANSWER_SCHEMA,
             "step_id": f"work.q{n}",
         }
-        async with lock:  # no heartbeat in flight; none after the attempt is over
-            beating.cancel()
-            self.rec.lags.append((ask_at, time.monotonic() - ask_at))
-            response, code = await self.post("ask", f"{url}/interrupt", body)
+        # The lease is renewed until the question is answered, as holdpoint_client's
+        # heartbeat goes on until its attempt returns: a question refused for longer than
+        # the lease must not lose it. Each try holds ``lock`` (no heartbeat crosses it), and
+        # the try that is answered stops the renewals before it lets go (none after the
+        # attempt is over).
+        self.rec.lags.append((ask_at, time.monotonic() - ask_at))
+        response, code = await self.post(
+            "ask", f"{url}/interrupt", body, lock=lock, answered=beating.cancel
+        )
         if response is not None and response.status_code == 201:
             task = asyncio.create_task(self.answer(response.json()))
             self.people.add(task)
@@ -402,6 +426,11 @@ class WorkerProcess:
                 code = (answer.get("problem") or {}).get("code")
                 if code in LOST_LEASE_CODES and answer["attempt_id"] in held:
                     held[answer["attempt_id"]][1].set()
+                    # A lease lost inside a 200: counted with the heartbeats' errors.
+                    status = answer["problem"].get("status", 409)
+                    self.rec.calls.append(
+                        ("heartbeat", sent, elapsed, f"{status} {code} (in a batch)")
+                    )
 
 
 async def _client_loop(plan: dict[str, Any], indices: list[int], rec: Recorder) -> None:
@@ -641,6 +670,18 @@ def call_figures(
     return out
 
 
+def lost_leases(calls: dict[str, dict[str, Any]]) -> int:
+    """How many live agents' leases were lost: writes answered ``stale_worker`` (or its
+    kin), on their own or inside a batch heartbeat (``call_figures``' errors). Nothing in
+    this benchmark cancels, so each is a lease the server took back from a live agent."""
+    return sum(
+        n
+        for call in CALLS
+        for outcome, n in calls[call]["errors"].items()
+        if outcome.split(" ")[1:2] and outcome.split(" ")[1] in LOST_LEASE_CODES
+    )
+
+
 def lag_figures(gathered: list[tuple[Any, ...]], w0: float, w1: float) -> dict[str, Any]:
     """How late the agents' timed calls left (behind their own slow calls, or a busy loop)
     and how late each client's event loop woke from a 100 ms sleep (a busy loop only)."""
@@ -835,11 +876,14 @@ def report(figures: dict[str, Any]) -> None:
         for what in ("errors", "refused", "retried")
     }
     figures["totals"] = totals
+    leases_lost = lost_leases(calls)
+    figures["leases_lost"] = leases_lost
     print(
         f"errors {totals['errors']}; refused (429/503/409 in progress, sent again after "
         f"Retry-After) {totals['refused']}; dropped connections or 5xx sent again with the "
         f"same key {totals['retried']}"
     )
+    print(f"leases lost by live agents (409 stale_worker and its kin): {leases_lost}")
     print(
         f"claims answered 204 (nothing due within {CLAIM_WAIT:.0f} s): "
         f"{calls['claim']['answered_204']}; a claim's latency runs from the moment its "
@@ -928,6 +972,9 @@ def report(figures: dict[str, Any]) -> None:
         f"{figures['agents']} agents: worst p99 of a call {worst:.0f} ms ({verdict(ok)} <= "
         f"{TARGET_P99_MS:.0f} ms), errors {totals['errors']} ({verdict(totals['errors'] == 0)} "
         f"= 0), {totals['refused']} refused with Retry-After",
+        f"{figures['agents']} agents, {calls['checkpoint']['achieved'] or 0:.0%} of the intended "
+        f"checkpoints served: leases lost by live agents {leases_lost} "
+        f"({verdict(leases_lost == 0)} = 0)",
     ]
 
 

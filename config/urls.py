@@ -20,3 +20,6 @@ urlpatterns = [
     # The dashboard's pages.
     path("", include("dashboard.urls")),
 ]
+
+# A URL that matches nothing: a problem under /api/, the dashboard's page elsewhere.
+handler404 = "api.problems.page_not_found"

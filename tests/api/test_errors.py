@@ -7,7 +7,7 @@ import json
 
 import pytest
 import time_machine
-from django.test import override_settings
+from django.test import Client, override_settings
 from rest_framework import exceptions
 
 from api.problems import exception_handler, problem_response
@@ -69,7 +69,15 @@ def test_it_maps_drf_errors_to_codes(exc, status: int, code: str) -> None:
 
 
 def test_it_answers_an_unknown_api_path_with_a_problem(operator) -> None:
-    assert_problem(client_for(operator).get("/api/nothing-here"), 404, "not_found")
+    response = client_for(operator).get("/api/nothing-here")
+    assert_problem(response, 404, "not_found")
+    # Answered at once: no HTML page rendered and thrown away (handler404).
+    assert not response.templates
+    # Elsewhere a person gets the dashboard's page.
+    page = Client().get("/nothing-here/")
+    assert page.status_code == 404
+    assert "404.html" in [t.name for t in page.templates]
+    assert page["Content-Type"].startswith("text/html")
 
 
 @pytest.mark.parametrize("host", ["", "evil.example.com", "bad host"])

@@ -122,7 +122,7 @@ def permissions_of(users: list[Any]) -> dict[int, Role]:
 
 def _permission_rows(pks: list[Any]) -> list[tuple[str, Any, Any, str]]:
     """(kind, user, group, "app_label.codename") for the users ``pks``, in one statement:
-    each user's own permissions ("user"), each membership ("member", no name), and each of
+    each user's own permissions ("user"), each membership ("member", name ""), and each of
     those groups' permissions once ("group"), not once per member: a hundred people in
     three groups are a hundred memberships and the three groups' permissions."""
     if not pks:
@@ -138,7 +138,7 @@ def _permission_rows(pks: list[Any]) -> list[tuple[str, Any, Any, str]]:
     member = names(user_model.groups.through, "user", "group")
     granted = names(Group.permissions.through, "group", "permission")
     perm = names(Permission, "id", "content_type", "codename")
-    kind = names(ContentType, "id", "app_label")
+    ctype = names(ContentType, "id", "app_label")
     if connection.vendor == "postgresql":
         among, params = "= ANY(%s)", [list(pks)] * 3
     else:
@@ -148,16 +148,16 @@ def _permission_rows(pks: list[Any]) -> list[tuple[str, Any, Any, str]]:
         """The permission of ``x``'s rows, as (app_label, codename)."""
         return (
             f"JOIN {perm['table']} p ON p.{perm['id']} = x.{rows['permission']} "
-            f"JOIN {kind['table']} ct ON ct.{kind['id']} = p.{perm['content_type']}"
+            f"JOIN {ctype['table']} ct ON ct.{ctype['id']} = p.{perm['content_type']}"
         )
 
     # Names from the models, quoted; the users' ids are parameters.
     sql = (
-        f"SELECT 'user', x.{own['user']}, NULL, ct.{kind['app_label']}, p.{perm['codename']} "  # noqa: S608 - names from the models
+        f"SELECT 'user', x.{own['user']}, NULL, ct.{ctype['app_label']}, p.{perm['codename']} "  # noqa: S608 - names from the models
         f"FROM {own['table']} x {named(own)} WHERE x.{own['user']} {among} "
         f"UNION ALL SELECT 'member', m.{member['user']}, m.{member['group']}, NULL, NULL "
         f"FROM {member['table']} m WHERE m.{member['user']} {among} "
-        f"UNION ALL SELECT 'group', NULL, x.{granted['group']}, ct.{kind['app_label']}, "
+        f"UNION ALL SELECT 'group', NULL, x.{granted['group']}, ct.{ctype['app_label']}, "
         f"p.{perm['codename']} FROM {granted['table']} x {named(granted)} "
         f"WHERE x.{granted['group']} IN (SELECT m.{member['group']} FROM {member['table']} m "
         f"WHERE m.{member['user']} {among})"
@@ -165,7 +165,7 @@ def _permission_rows(pks: list[Any]) -> list[tuple[str, Any, Any, str]]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return [
-            (kind, user_pk, group_pk, f"{app_label}.{codename}")
+            (kind, user_pk, group_pk, f"{app_label}.{codename}" if codename else "")
             for kind, user_pk, group_pk, app_label, codename in cursor.fetchall()
         ]
 

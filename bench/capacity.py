@@ -192,20 +192,18 @@ class SimAgent:
             try:
                 async with lock or contextlib.nullcontext():
                     response = await client.post(path, json=body, headers=headers, **kw)
-                    final = response.status_code < 500 and response.status_code not in REFUSED
-                    if final and _outcome(response)[1] == "idempotency_in_progress":
-                        final = False
-                    if final and answered is not None:
+                    status = response.status_code
+                    outcome, code = _outcome(response)
+                    in_progress = status == 409 and code == "idempotency_in_progress"
+                    refused = status in REFUSED or in_progress
+                    if not refused and status < 500 and answered is not None:
                         answered()
             except Exception as exc:  # transport errors, timeouts: sent again
                 why = f"transport {type(exc).__name__}"
                 self.rec.retries.append((call, sent, why))
                 delay = _backoff(tries)
             else:
-                status = response.status_code
-                outcome, code = _outcome(response)
-                in_progress = status == 409 and code == "idempotency_in_progress"
-                if status in REFUSED or in_progress:
+                if refused:
                     header = response.headers.get("retry-after", "")
                     self.rec.refusals.append((call, sent, outcome, header.isdigit() and bool(code)))
                     after = float(header) if header.isdigit() else 1.0

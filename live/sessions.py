@@ -22,6 +22,7 @@ from django.utils.crypto import constant_time_compare
 from django.utils.module_loading import import_string
 
 from live.roles import Person, Role
+from runs import db
 
 DATABASE_SESSIONS = (
     "django.contrib.sessions.backends.db",
@@ -139,7 +140,7 @@ def _permission_rows(pks: list[Any]) -> list[tuple[str, Any, Any, str]]:
     granted = names(Group.permissions.through, "group", "permission")
     perm = names(Permission, "id", "content_type", "codename")
     ctype = names(ContentType, "id", "app_label")
-    if connection.vendor == "postgresql":
+    if db.postgresql():
         among, params = "= ANY(%s)", [list(pks)] * 3
     else:
         among, params = f"IN ({', '.join(['%s'] * len(pks))})", list(pks) * 3

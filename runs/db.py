@@ -16,6 +16,7 @@ it forks. What PostgreSQL gives that SQLite has not:
 | an Idempotency-Key (``runs/idempotency.py``) | ``INSERT … ON CONFLICT`` in one round trip; the record in the service's transaction | the general path |
 | rows read by raw SQL (``runs/db.py``), a person's permissions with their user or token (``runs/permissions.py``, ``api/authentication.py``), "Needs me" (``runs/selectors.py``) | one statement | the ORM, a statement more |
 | one worker process per database (``runtime/devloop.py``) | any number | one (SQLite has one writer) |
+| the users' ids of a push's permissions (``live/sessions.py``) | one array parameter (``= ANY(%s)``) | a placeholder per id |
 
 **The clock** that lease decisions use (``db_now``, ``with_db_now``, ``row_now``): leases
 are compared against the database's clock, not the clock of whichever process happens to

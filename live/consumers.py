@@ -14,7 +14,7 @@ missed; htmx reconnects by itself.
 The sockets of a process share one ``Hub``: one channel in the push group
 (``live.broadcast``), and one render at a time for all of them. A push is rendered in
 one worker thread with one database connection: the session, user and permissions of
-every socket are checked again in five queries (a signed-out user's socket closes with
+every socket are checked again in three queries (a signed-out user's socket closes with
 4401, one who lost ``runs.view_run`` gets nothing and is closed with 4403; htmx does not
 reconnect after either), and what a page shows every user alike (a run's status,
 attempts, the timeline's new rows) is rendered once for all the sockets that show it.

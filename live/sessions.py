@@ -31,8 +31,8 @@ DATABASE_SESSIONS = (
 
 
 def signed_in_users(scopes: Iterable[dict[str, Any]]) -> dict[str, Person | None]:
-    """Who each socket's session stands for now, or None; and what each may do. Five
-    queries for them all, however many sockets.
+    """Who each socket's session stands for now, or None; and what each may do. Three
+    queries for them all, however many sockets (sessions, users, permissions).
 
     The same checks as ``django.contrib.auth.get_user``: a session that ended (signed out,
     expired) or whose password changed since gives no user, nor does an inactive one.

@@ -160,6 +160,7 @@ class RunResumeApi(IdempotentMixin, APIView):
                     checkpoint_id=data["checkpoint_id"],
                     value=data["value"],
                     user=user,
+                    via="api",
                 )
             return RunSerializer(resumed).data
 

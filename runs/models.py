@@ -401,6 +401,11 @@ class ApprovalVote(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     # Set when the same person decided again in the same round (a change of mind).
     superseded_at = models.DateTimeField(null=True, blank=True)
+    # How the decision was made: "dashboard", "api", "email" (a link in an e-mail), or ""
+    # (a command or code: the actor says who).
+    via = models.CharField(max_length=20, blank=True, default="")
+    # The nonce of the e-mail link it was made with (runs/action_links.py): a link decides once.
+    link = models.CharField(max_length=64, blank=True, default="")
 
     objects = ApprovalVoteQuerySet.as_manager()
 

@@ -155,6 +155,7 @@ def request_answer(request: HtmxHttpRequest, run_id: str, request_id: str) -> Ht
             checkpoint_id=checkpoint_id,
             value=value,
             user=request.user,
+            via="dashboard",
         )
         return {"run_status": run.status}
 

@@ -21,6 +21,7 @@ from typing import Any, TypedDict
 
 from django.utils import timezone
 
+from runs.action_links import ActionLink
 from runs.agents import approval_policy_for
 from runs.approvals import (
     ApprovalAnswer,
@@ -142,13 +143,24 @@ def _standing_vote_of(request: InputRequest, who: Any, actor: str) -> ApprovalVo
 
 
 def approval_decide(
-    run: Run, request: InputRequest, value: Any, *, user: UserLike, actor: str
+    run: Run,
+    request: InputRequest,
+    value: Any,
+    *,
+    user: UserLike,
+    actor: str,
+    via: str = "",
+    link: ActionLink | None = None,
 ) -> ApprovalAnswer | None:
     """Record one person's decision; return the request's answer when it is decided, or
     None while it waits for more approvals. Refuses ``approval_not_allowed`` (who may not
-    decide, and why) or ``invalid_input`` before writing anything."""
+    decide, and why) or ``invalid_input`` before writing anything; with an e-mail's
+    ``link``, ``request_mismatch`` when the request was edited since the link was sent or
+    the link has decided already."""
     decision = value.get("decision") if isinstance(value, dict) else None
     who = user_or_none(user)
+    if link is not None:
+        _check_link(request, link, who, value)
     new_edit = is_new_edit(request.action, value, request.edited)
     why = why_not_decide(
         request, who, decision if isinstance(decision, str) else "approve", new_edit=new_edit
@@ -196,6 +208,8 @@ def approval_decide(
         comment=answer.get("comment", ""),
         edited=edit,
         round=request.edit_round,
+        via=via,
+        link=link.nonce if link is not None else "",
     )
     if earlier is not None:
         append_event(
@@ -209,6 +223,7 @@ def approval_decide(
                 "to": decision,
                 "comment": answer.get("comment", ""),
                 "earlier_comment": earlier.comment,
+                **_via(via),
             },
         )
     if decision == "approve":
@@ -227,6 +242,7 @@ def approval_decide(
                     "edited": edit,
                     "reset": resets,
                     "comment": answer.get("comment", ""),
+                    **_via(via),
                 },
             )
             return None
@@ -249,10 +265,58 @@ def approval_decide(
             run,
             EventType.APPROVAL_OBJECTED,
             actor,
-            {"request_id": request.id, "by": name, "comment": answer.get("comment", "")},
+            {
+                "request_id": request.id,
+                "by": name,
+                "comment": answer.get("comment", ""),
+                **_via(via),
+            },
         )
         return None
     return answer
+
+
+def _via(via: str) -> dict[str, str]:
+    return {"via": via} if via else {}
+
+
+def _check_link(request: InputRequest, link: ActionLink, who: Any, value: Any) -> None:
+    """An e-mail link decides the version of the request it was sent about, for the
+    person it was sent to, once, as the link says: approve or deny, with at most a
+    comment, never an edit (``runs/action_links.py``). Checked under the run's lock, so a
+    link and an edit, or the two links of one e-mail, take turns."""
+    if (
+        not isinstance(value, dict)
+        or value.get("decision") != link.decision
+        or set(value) - {"decision", "comment"}
+    ):
+        raise HoldpointError(
+            "invalid_input",
+            f"This link can only {link.decision}, with a comment at most.",
+            request_id=request.id,
+        )
+    if who is None or who.pk != link.user_id:
+        raise HoldpointError(
+            "approval_not_allowed",
+            "This link was sent to someone else.",
+            reason="not_the_recipient",
+            request_id=request.id,
+        )
+    if request.edit_round != link.edit_round:
+        raise HoldpointError(
+            "request_mismatch",
+            "This request was edited after the e-mail was sent; open it to see what is asked now.",
+            reason="edited",
+            request_id=request.id,
+        )
+    used = ApprovalVote.objects.filter(request=request, link=link.nonce).exists()
+    if used:
+        raise HoldpointError(
+            "request_mismatch",
+            "This e-mail's links have been used already.",
+            reason="link_used",
+            request_id=request.id,
+        )
 
 
 def answered_payload(request: InputRequest, answer: Any) -> dict[str, Any]:

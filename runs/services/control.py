@@ -13,6 +13,7 @@ from django.utils import timezone
 from django.utils.translation import gettext, gettext_noop
 
 from runs import db
+from runs.action_links import ActionLink
 from runs.agents import agent_spec
 from runs.db import row_now
 from runs.errors import HoldpointError
@@ -99,6 +100,8 @@ def run_resume(
     value: Any = None,
     user: UserLike = None,
     actor: str | None = None,
+    via: str = "",
+    link: ActionLink | None = None,
 ) -> Run:
     """Answer the question that was asked, on the state it was asked on (compare-and-set).
 
@@ -106,25 +109,36 @@ def run_resume(
     a 409 that names who answered and when; nothing is re-run silently. What the answer
     is depends on the request's kind: a question's value, one person's decision on an
     approval (which may leave it waiting for more), or nothing to continue a pause.
+
+    ``via`` says how the person decided ("dashboard", "api", "email"), in the events and
+    the approval's record. ``link``: the decision comes from a link in an e-mail
+    (``runs/action_links.py``), which decides only the approval it names, on the version
+    it was sent about, once.
     """
     # The run lock makes the compare-and-set atomic: two resumes of one request
     # serialise here and the second sees the first one's answer.
     run = lock_run(run_id)
     request = _the_request_asked(run, request_id, checkpoint_id)
     actor = actor or actor_for(user)
+    if link is not None and (
+        request.kind != RequestKind.AUTH_REQUIRED or link.request_id != request.id
+    ):
+        raise HoldpointError(
+            "request_mismatch", "This link is about another request.", request_id=request.id
+        )
     if request.kind == RequestKind.PAUSE:
         _no_value_to_continue(value)
     elif request.kind == RequestKind.AUTH_REQUIRED:
         # Under the approval's policy (runs/services/approvals.py): this decision may be
         # one of several the request needs, and then it stays pending.
-        decided = approval_decide(run, request, value, user=user, actor=actor)
+        decided = approval_decide(run, request, value, user=user, actor=actor, via=via, link=link)
         if decided is None:
             run.save()
             return run
         value = decided
     else:
         validate_value(request.accepted_schema, value, what="answer")
-    _answer_and_queue(run, request, value, user=user, actor=actor)
+    _answer_and_queue(run, request, value, user=user, actor=actor, via=via)
     return run
 
 
@@ -197,7 +211,7 @@ def _no_value_to_continue(value: Any) -> None:
 
 
 def _answer_and_queue(
-    run: Run, request: InputRequest, value: Any, *, user: UserLike, actor: str
+    run: Run, request: InputRequest, value: Any, *, user: UserLike, actor: str, via: str = ""
 ) -> None:
     """Record the answer (or the continuation of a pause) and queue the new attempt that
     resumes from the checkpoint the request was asked on, with its events, in one write."""
@@ -217,6 +231,7 @@ def _answer_and_queue(
                     "kind": request.kind,
                     "answer": value,
                     **answered_payload(request, value),
+                    **({"via": via} if via else {}),
                 },
             )
         run.status = next_status(run.status, "resume")

@@ -48,6 +48,7 @@ from django.utils import timezone
 
 from ledger import outbound
 from ledger.tools import ActionFailed, OutcomeUnknown
+from runs.action_links import DECISIONS, ActionLink, link_nonce, sign_link
 from runs.approval_notes import note_text
 from runs.approvals import policy_of
 from runs.models import InputRequest, Notification
@@ -152,6 +153,53 @@ def public_url() -> str:
 def link(request: InputRequest) -> str:
     # Opens only after login: every dashboard page needs a session.
     return f"{public_url()}/runs/{request.run_id}/#request-{request.id}"
+
+
+ACT_PATH = "/act/"  # dashboard/urls.py's "act" (tests/dashboard/test_action_links.py)
+
+
+def decision_links(
+    row: Notification, request: InputRequest, message_key: str, part: Part = DECIDE
+) -> list[tuple[str, str]]:
+    """The e-mail's Approve and Deny links for ``request`` (``runs/action_links.py``), as
+    (decision, URL): for an approval its recipient may decide, in a message that asks for
+    a decision (not the "not applied" one). Each is signed for the recipient and the
+    request's current version; the two of one message share a nonce and decide once."""
+    if (
+        request.kind != RequestKind.AUTH_REQUIRED
+        or row.kind == NOT_APPLIED
+        or part != DECIDE
+        or row.user_id is None
+    ):
+        return []
+    nonce = link_nonce(message_key, request.id)
+    return [
+        (
+            decision,
+            public_url()
+            + ACT_PATH
+            + sign_link(
+                ActionLink(
+                    request_id=request.id,
+                    user_id=row.user_id,
+                    decision=decision,
+                    edit_round=request.edit_round,
+                    nonce=nonce,
+                )
+            ),
+        )
+        for decision in DECISIONS
+    ]
+
+
+_LINK_LABEL = {"approve": "Approve", "deny": "Deny"}
+
+
+def _link_lines(links: list[tuple[str, str]], indent: str = "") -> list[str]:
+    return [
+        f"{indent}{_LINK_LABEL[decision]} (you confirm on the page it opens): {email_line(url)}"
+        for decision, url in links
+    ]
 
 
 _HEADLINE = {
@@ -265,7 +313,9 @@ def _send_email(
                 f"Time left: {time_left(request, now)} (until "
                 f"{request.expires_at.astimezone(dt.UTC).isoformat().replace('+00:00', 'Z')})"
             ]
-        lines += ["", f"Open it (after signing in): {email_line(link(request))}"]
+        lines += [""]
+        lines += _link_lines(decision_links(row, request, key, parts.get(row.pk, DECIDE)))
+        lines += [f"Open it (after signing in): {email_line(link(request))}"]
         body = "\n".join(lines) + "\n"
     else:
         digest = hashlib.sha256("|".join(sorted(r.key for r in rows)).encode()).hexdigest()
@@ -280,12 +330,14 @@ def _send_email(
                 else ""
             )
             headline = f"{_HEADLINE[NOT_APPLIED]}: " if row.kind == NOT_APPLIED else ""
-            items.append(
+            item = (
                 f"- {headline}{email_line(what_is_asked(request))} "
                 f"({email_line(request.run.label)}): "
                 f"{email_line(_about(row, request, now), limit=600)}{look} "
                 f"{email_line(link(request))}"
             )
+            links = decision_links(row, request, key, parts.get(row.pk, DECIDE))
+            items.append("\n".join([item, *_link_lines(links, indent="  ")]))
         body = "\n\n".join(items)
     message = EmailMessage(
         subject=email_line(subject, limit=300),

@@ -10,6 +10,7 @@ from django.views.i18n import JavaScriptCatalog
 
 from dashboard import views
 from dashboard.views import side_effects
+from dashboard.views.act import act
 from dashboard.views.login import login
 from dashboard.views.notice import inbox_newest
 from dashboard.views.profile import profile
@@ -35,6 +36,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("side-effects/", include((side_effect_urlpatterns, "ledger"))),
     path("login/", login, name="login"),
     path("profile/", profile, name="profile"),
+    # An e-mail's Approve / Deny link: a confirm page, whose POST decides (docs/notifications.md).
+    path("act/<str:token>", act, name="act"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("i18n/", include("django.conf.urls.i18n")),
     path("jsi18n/", javascript_catalog, name="javascript-catalog"),

@@ -370,6 +370,8 @@ class RequestCard:
     edit_diff: list[Any] = field(default_factory=list)
 
     expanded: bool = False
+    # Shown without its answer form: an e-mail link's confirm page has its own.
+    read_only: bool = False
 
     @property
     def notified(self) -> list[str]:

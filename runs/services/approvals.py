@@ -151,6 +151,7 @@ def approval_decide(
     actor: str,
     via: str = "",
     link: ActionLink | None = None,
+    round_seen: int | None = None,
 ) -> ApprovalAnswer | None:
     """Record one person's decision; return the request's answer when it is decided, or
     None while it waits for more approvals. Refuses ``approval_not_allowed`` (who may not
@@ -161,6 +162,8 @@ def approval_decide(
     who = user_or_none(user)
     if link is not None:
         _check_link(request, link, who, value)
+    elif round_seen is not None:
+        _check_round(request, round_seen, "since you saw it")
     new_edit = is_new_edit(request.action, value, request.edited)
     why = why_not_decide(
         request, who, decision if isinstance(decision, str) else "approve", new_edit=new_edit
@@ -280,6 +283,19 @@ def _via(via: str) -> dict[str, str]:
     return {"via": via} if via else {}
 
 
+def _check_round(request: InputRequest, round_seen: int, when: str) -> None:
+    """A decision made on what a message showed (an e-mail, a Slack message) is about that
+    version of the request: an edit since then (a new round) refuses it, under the run's
+    lock, rather than approve arguments the person never saw."""
+    if request.edit_round != round_seen:
+        raise HoldpointError(
+            "request_mismatch",
+            f"This request was edited {when}; look at what is asked now.",
+            reason="edited",
+            request_id=request.id,
+        )
+
+
 def _check_link(request: InputRequest, link: ActionLink, who: Any, value: Any) -> None:
     """An e-mail link decides the version of the request it was sent about, for the
     person it was sent to, once, as the link says: approve or deny, with at most a
@@ -302,13 +318,7 @@ def _check_link(request: InputRequest, link: ActionLink, who: Any, value: Any) -
             reason="not_the_recipient",
             request_id=request.id,
         )
-    if request.edit_round != link.edit_round:
-        raise HoldpointError(
-            "request_mismatch",
-            "This request was edited after the e-mail was sent; open it to see what is asked now.",
-            reason="edited",
-            request_id=request.id,
-        )
+    _check_round(request, link.edit_round, "after the e-mail was sent")
     used = ApprovalVote.objects.filter(request=request, link=link.nonce).exists()
     if used:
         raise HoldpointError(

@@ -102,6 +102,7 @@ def run_resume(
     actor: str | None = None,
     via: str = "",
     link: ActionLink | None = None,
+    round_seen: int | None = None,
 ) -> Run:
     """Answer the question that was asked, on the state it was asked on (compare-and-set).
 
@@ -113,7 +114,8 @@ def run_resume(
     ``via`` says how the person decided ("dashboard", "api", "email"), in the events and
     the approval's record. ``link``: the decision comes from a link in an e-mail
     (``runs/action_links.py``), which decides only the approval it names, on the version
-    it was sent about, once.
+    it was sent about, once. ``round_seen``: the approval's edit round the person saw (a
+    Slack message); an edit since refuses the decision.
     """
     # The run lock makes the compare-and-set atomic: two resumes of one request
     # serialise here and the second sees the first one's answer.
@@ -131,7 +133,16 @@ def run_resume(
     elif request.kind == RequestKind.AUTH_REQUIRED:
         # Under the approval's policy (runs/services/approvals.py): this decision may be
         # one of several the request needs, and then it stays pending.
-        decided = approval_decide(run, request, value, user=user, actor=actor, via=via, link=link)
+        decided = approval_decide(
+            run,
+            request,
+            value,
+            user=user,
+            actor=actor,
+            via=via,
+            link=link,
+            round_seen=round_seen,
+        )
         if decided is None:
             run.save()
             return run

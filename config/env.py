@@ -8,6 +8,7 @@ turning into odd behaviour later (healthchecks' ``envbool``).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from typing import TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -184,4 +185,20 @@ def env_group_urls(name: str) -> dict[str, str]:
                 f"{name}: {entry!r} is not group=url; use e.g. approver=https://hooks.example.com/x."
             )
         found[group] = url
+    return found
+
+
+def env_group_channels(name: str) -> dict[str, str]:
+    """Comma-separated ``group=channel`` pairs (``approver=C0123ABCD``): the Slack channel
+    (its id) each group's requests are posted to."""
+    found: dict[str, str] = {}
+    for entry in env_list(name):
+        group, _, channel = entry.partition("=")
+        group, channel = group.strip(), channel.strip()
+        if not group or not re.fullmatch(r"[A-Z0-9]{2,40}", channel):
+            raise ImproperlyConfigured(
+                f"{name}: {entry!r} is not group=channel; use e.g. approver=C0123ABCD "
+                "(the channel's id, not its name)."
+            )
+        found[group] = channel
     return found

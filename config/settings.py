@@ -20,6 +20,7 @@ from config.env import (
     env_choice,
     env_destinations,
     env_float,
+    env_group_channels,
     env_group_urls,
     env_host_headers,
     env_int,
@@ -425,6 +426,24 @@ if HOLDPOINT_NOTIFY_REMIND_SHARE >= 1:
 HOLDPOINT_NOTIFY_MIN_INTERVAL_SECONDS = env_int(
     "HOLDPOINT_NOTIFY_MIN_INTERVAL_SECONDS", 60, minimum=0
 )
+
+# Slack (docs/notifications.md, Slack): the app's bot token and signing secret, the Web
+# API's address (a local stand-in for the demo and the tests), the channel each group's
+# approvals and questions are posted to (group=channel id), and whether a Slack user whose
+# verified e-mail matches exactly one person is linked to them without asking.
+HOLDPOINT_SLACK_BOT_TOKEN = env_str("HOLDPOINT_SLACK_BOT_TOKEN")
+HOLDPOINT_SLACK_SIGNING_SECRET = env_str("HOLDPOINT_SLACK_SIGNING_SECRET")
+HOLDPOINT_SLACK_API_URL = env_str("HOLDPOINT_SLACK_API_URL", "https://slack.com/api/")
+if not re.fullmatch(r"https?://[^/\s]+(/\S*)?", HOLDPOINT_SLACK_API_URL):
+    raise ImproperlyConfigured("HOLDPOINT_SLACK_API_URL must be an http(s) URL.")
+HOLDPOINT_SLACK_API_URL = HOLDPOINT_SLACK_API_URL.rstrip("/") + "/"
+HOLDPOINT_SLACK_CHANNELS = env_group_channels("HOLDPOINT_SLACK_CHANNELS")
+HOLDPOINT_SLACK_LINK_BY_EMAIL = env_bool("HOLDPOINT_SLACK_LINK_BY_EMAIL", False)
+if HOLDPOINT_SLACK_CHANNELS and not (HOLDPOINT_SLACK_BOT_TOKEN and HOLDPOINT_SLACK_SIGNING_SECRET):
+    raise ImproperlyConfigured(
+        "HOLDPOINT_SLACK_CHANNELS needs HOLDPOINT_SLACK_BOT_TOKEN and "
+        "HOLDPOINT_SLACK_SIGNING_SECRET (the Slack app's Basic Information page)."
+    )
 
 # The demo accounts' password at first start of `manage.py serve` (generated when unset).
 HOLDPOINT_DEMO_PASSWORD = env_str("HOLDPOINT_DEMO_PASSWORD")

@@ -663,3 +663,62 @@ class Worker(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.principal})"
+
+
+class SlackMessage(models.Model):
+    """A Slack message about a request, posted to a group's channel (docs/notifications.md,
+    Slack): where it is (``channel``, ``ts``) and which version of the request it shows
+    (``shown``), so that every message is updated when the request changes, wherever it
+    was decided (``ledger/slack.py`` ``slack_sync``); ``final`` once it shows the end."""
+
+    # The notification row's key: one message per request and group, also after a crash.
+    key = models.CharField(max_length=200, unique=True)
+    request = models.ForeignKey(
+        InputRequest, on_delete=models.CASCADE, related_name="slack_messages"
+    )
+    channel = models.CharField(max_length=40)
+    ts = models.CharField(max_length=40)
+    shown = models.CharField(max_length=100)
+    final = models.BooleanField(default=False)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["channel", "ts"], name="slackmessage_channel_ts")
+        ]
+        indexes = [
+            # Serves the sync: the messages that may still change.
+            models.Index(fields=["request"], name="slackmessage_live_idx", condition=Q(final=False))
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.request_id} in {self.channel} at {self.ts}"
+
+
+class SlackIdentity(models.Model):
+    """A person's Slack account (docs/notifications.md, Slack): a click in Slack decides
+    as this person, never as anyone else. Made by the person from their profile page (the
+    link Slack shows them), or by a verified e-mail match when an administrator turned that
+    on (``HOLDPOINT_SLACK_LINK_BY_EMAIL``)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="slack_identity"
+    )
+    team_id = models.CharField(max_length=40)
+    slack_user_id = models.CharField(max_length=40)
+    linked_by = models.CharField(max_length=20)  # "profile" | "email"
+    linked_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team_id", "slack_user_id"], name="slackidentity_team_user"
+            )
+        ]
+        verbose_name_plural = "Slack identities"
+
+    def __str__(self) -> str:
+        return f"{self.slack_user_id}@{self.team_id}"

@@ -124,10 +124,14 @@ def _emailable(users: list[Any]) -> list[Any]:
     return [u for u in users if u.email and u.pk not in off]
 
 
-def _webhook_groups(request: InputRequest, groups: list[str]) -> list[str]:
-    """The groups with a webhook (``HOLDPOINT_NOTIFY_WEBHOOKS``) that may decide this
-    request: among the policy's groups, else among every configured group."""
-    configured = list(settings.HOLDPOINT_NOTIFY_WEBHOOKS)
+def _webhook_groups(
+    request: InputRequest, groups: list[str], configured: list[str] | None = None
+) -> list[str]:
+    """The groups with a webhook (``HOLDPOINT_NOTIFY_WEBHOOKS``; or with a Slack channel,
+    ``configured``) that may decide this request: among the policy's groups, else among
+    every configured group."""
+    if configured is None:
+        configured = list(settings.HOLDPOINT_NOTIFY_WEBHOOKS)
     candidates = [g for g in groups if g in configured] if groups else sorted(configured)
     perms = _group_permissions(candidates)
     return [g for g in candidates if _group_part(request, g, perms.get(g, set())) == DECIDE]
@@ -188,6 +192,21 @@ def outbox_for_request(request: InputRequest, now: dt.datetime) -> int:
 
     for kind, due in times:
         owe(kind, due, people, groups)
+    # Slack: one message per group channel, posted once and then kept up to date
+    # (ledger/slack.py), so no reminder is posted there.
+    for group in _webhook_groups(
+        request, list(policy.get("groups") or []), list(settings.HOLDPOINT_SLACK_CHANNELS)
+    ):
+        rows.append(
+            Notification(
+                key=notification_key(request.id, f"slack:{group}", "pending"),
+                request=request,
+                kind="pending",
+                channel="slack",
+                group=group,
+                due_at=now,
+            )
+        )
     escalation = policy.get("escalation") if is_approval else None
     if isinstance(escalation, dict):
         due = now + dt.timedelta(minutes=int(escalation["after_minutes"]))

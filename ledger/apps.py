@@ -13,6 +13,7 @@ class LedgerConfig(AppConfig):
         from ledger.notifications import notifications_send
         from ledger.selectors import retry_guard
         from ledger.services import side_effects_look_up_stale
+        from ledger.slack import slack_sync
         from ledger.tools import register_default_tools, tool_facts
         from runs.services import register_retry_guard, register_sweep, register_tool_facts
 
@@ -25,3 +26,5 @@ class LedgerConfig(AppConfig):
         # The notification outbox the run store writes is sent here: outbound calls go
         # only through ledger/outbound.py, which the run store may not import.
         register_sweep("notifications", notifications_send)
+        # Slack messages are rewritten when their request changes, wherever it was decided.
+        register_sweep("slack", slack_sync)

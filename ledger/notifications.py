@@ -462,7 +462,7 @@ def _settle(ids: list[int], now: dt.datetime) -> _Message:
                 nowhere.append(row.pk)
                 continue
             part = person_may(row.request, person)
-        elif row.channel == "webhook":
+        elif row.channel in ("webhook", "slack"):
             part = group_may(row.request, row.group)
         else:
             nowhere.append(row.pk)
@@ -548,9 +548,14 @@ def _send(message: _Message) -> bool:
     """Send one claimed message and record how it went; whether it went."""
     now = timezone.now()
     first = message.rows[0]
-    if first.channel == "webhook":
+    if first.channel in ("webhook", "slack"):
         try:
-            _send_webhook(first, now, message.parts[first.pk])
+            if first.channel == "slack":
+                from ledger.slack import post_request
+
+                post_request(first, now)
+            else:
+                _send_webhook(first, now, message.parts[first.pk])
         except (ActionFailed, OutcomeUnknown) as exc:
             logger.warning("notification %s: %s", first.key, exc)
             _failed([first], str(exc))

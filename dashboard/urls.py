@@ -13,7 +13,7 @@ from dashboard.views import side_effects
 from dashboard.views.act import act
 from dashboard.views.login import login
 from dashboard.views.notice import inbox_newest
-from dashboard.views.profile import profile
+from dashboard.views.profile import profile, slack_link_confirm, slack_unlink_view
 from dashboard.views.workers import worker_list
 
 # app.js's words (djangojs catalog of locale/). A script file, not inline (CSP); the page
@@ -36,6 +36,9 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("side-effects/", include((side_effect_urlpatterns, "ledger"))),
     path("login/", login, name="login"),
     path("profile/", profile, name="profile"),
+    # Link the Slack account that clicked (api/slack.py shows the link), or unlink it.
+    path("profile/slack/unlink", slack_unlink_view, name="slack-unlink"),
+    path("profile/slack/<str:token>", slack_link_confirm, name="slack-link"),
     # An e-mail's Approve / Deny link: a confirm page, whose POST decides (docs/notifications.md).
     path("act/<str:token>", act, name="act"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

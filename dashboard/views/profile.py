@@ -1,17 +1,23 @@
-"""A person's profile page: the channels they are told on (issue 18)."""
+"""A person's profile page: the channels they are told on (issue 18), and their Slack
+account (issue 28: linked from the link Slack shows them, unlinked here)."""
 
 from __future__ import annotations
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.http import HttpResponse
 from django.shortcuts import render
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
+from django.views.decorators.http import require_POST
 
 from dashboard.actions import HtmxHttpRequest, dashboard_view, redirect_after_post
+from runs.errors import HoldpointError
+from runs.models import SlackIdentity
 from runs.ratelimit import hit, rate_for
 from runs.services.notifications import notification_preferences, notification_preferences_set
+from runs.services.slack import read_link_token, slack_link, slack_unlink
 
 
 class NotificationForm(forms.Form):
@@ -56,6 +62,60 @@ def profile(request: HtmxHttpRequest) -> HttpResponse:
     return render(
         request,
         "dashboard/profile.html",
-        {"form": form, "has_email": bool(getattr(request.user, "email", ""))},
+        {
+            "form": form,
+            "has_email": bool(getattr(request.user, "email", "")),
+            "slack_on": bool(settings.HOLDPOINT_SLACK_CHANNELS),
+            "slack": SlackIdentity.objects.filter(user_id=request.user.pk or 0).first(),
+        },
         status=200 if form.is_bound is False or form.is_valid() else 422,
     )
+
+
+def _throttled(request: HtmxHttpRequest) -> HttpResponse | None:
+    rate = rate_for("HOLDPOINT_THROTTLE_USER")
+    if rate is not None and not hit("profile", f"user:{request.user.pk}", rate).allowed:
+        return HttpResponse(
+            _("Too many changes at once; try again in a minute."),
+            status=429,
+            content_type="text/plain; charset=utf-8",
+        )
+    return None
+
+
+@dashboard_view(require_view=False)
+def slack_link_confirm(request: HtmxHttpRequest, token: str) -> HttpResponse:
+    """The link Slack shows an unlinked clicker (``api/slack.py``): GET asks the signed-in
+    person to confirm that the Slack account is theirs; POST links it."""
+    if request.method not in ("GET", "HEAD", "POST"):
+        return HttpResponse(status=405, headers={"Allow": "GET, POST"})
+    refused = _throttled(request)
+    if refused is not None:
+        return refused
+    account = read_link_token(token)
+    if account is None:
+        return render(request, "dashboard/slack_link.html", {"invalid": True}, status=404)
+    if request.method == "POST":
+        try:
+            slack_link(user=request.user, account=account, how="profile")
+        except HoldpointError as exc:
+            messages.error(request, exc.detail)
+        else:
+            messages.success(
+                request,
+                _("Linked. Your clicks in Slack now decide as you, %(who)s.")
+                % {"who": request.user.get_username()},
+            )
+        return redirect_after_post("/profile/")
+    return render(request, "dashboard/slack_link.html", {"account": account, "token": token})
+
+
+@dashboard_view(require_view=False)
+@require_POST
+def slack_unlink_view(request: HtmxHttpRequest) -> HttpResponse:
+    refused = _throttled(request)
+    if refused is not None:
+        return refused
+    if slack_unlink(user=request.user):
+        messages.success(request, _("Unlinked. Clicks from that Slack account decide nothing now."))
+    return redirect_after_post("/profile/")

@@ -23,8 +23,9 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 	@touch $(BENCH_STAMP)
 
 ## Set everything up and start the dashboard with workers and demo agents in one process.
+## SLACK=stub: decide from a local Slack stand-in too (docs/notifications.md, Slack).
 run: $(STAMP) ts-client
-	$(PY) manage.py serve --host $(HOST) --port $(PORT)
+	$(PY) manage.py serve --host $(HOST) --port $(PORT) $(if $(filter stub,$(SLACK)),--slack-stub,)
 
 ## The TypeScript client (its demo agent runs in `make run`); skipped without npm.
 ts-client:

@@ -69,6 +69,12 @@ class Command(BaseCommand):
             help="Start no remote demo workers (Python client, LangGraph, TypeScript client).",
         )
         parser.add_argument("--no-migrate", action="store_true")
+        parser.add_argument(
+            "--slack-stub",
+            action="store_true",
+            help="Post to a local Slack stand-in (runtime/slack_standin.py) and decide there.",
+        )
+        parser.add_argument("--slack-port", type=int, default=8125)
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["workers"] < 0:
@@ -90,6 +96,7 @@ class Command(BaseCommand):
             # PORT=8123), unless an operator said where people reach the dashboard.
             settings.HOLDPOINT_PUBLIC_URL = served_url(options["host"], options["port"])
         receiver = DemoReceiver("127.0.0.1", options["receiver_port"]).start()
+        slack_url = self._slack_stub(options) if options["slack_stub"] else None
         stop = threading.Event()
         pool = (
             WorkerPool(options["workers"], stop_event=stop).start() if options["workers"] else None
@@ -106,7 +113,7 @@ class Command(BaseCommand):
         if demo and not options["no_remote"]:
             # Separate processes over HTTP; they wait (with backoff) until daphne listens.
             remote = start_remote_demo(f"http://{options['host']}:{options['port']}", receiver.url)
-        self._announce(options, receiver, pool, password, demo, remote)
+        self._announce(options, receiver, pool, password, demo, remote, slack_url)
         try:
             self._serve(options["host"], options["port"])
         finally:
@@ -139,6 +146,23 @@ class Command(BaseCommand):
         sys.stderr.flush()
         os._exit(0)
 
+    def _slack_stub(self, options: dict[str, Any]) -> str:
+        """``make run SLACK=stub``: Slack played locally (``runtime/slack_standin.py``), its
+        channels for the approvers and the operators, its people linked to the demo
+        accounts by their confirmed e-mail addresses (as an administrator may allow)."""
+        from runtime import slack_standin
+
+        space = slack_standin.Workspace(holdpoint=served_url(options["host"], options["port"]))
+        server = slack_standin.serve(space, "127.0.0.1", options["slack_port"])
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        settings.HOLDPOINT_SLACK_BOT_TOKEN = slack_standin.TOKEN
+        settings.HOLDPOINT_SLACK_SIGNING_SECRET = slack_standin.SIGNING_SECRET
+        settings.HOLDPOINT_SLACK_API_URL = url + "/api/"
+        settings.HOLDPOINT_SLACK_CHANNELS = {"approver": "C0APPROVERS", "operator": "C0OPERATORS"}
+        settings.HOLDPOINT_SLACK_LINK_BY_EMAIL = True
+        settings.HOLDPOINT_OUTBOUND_ALLOW_LOCAL = True
+        return url
+
     def _serve(self, host: str, port: int) -> None:
         from daphne.endpoints import build_endpoint_description_strings
         from daphne.server import Server
@@ -170,6 +194,7 @@ class Command(BaseCommand):
         password: str | None,
         demo: bool,
         remote: RemoteDemo | None = None,
+        slack_url: str | None = None,
     ) -> None:
         db = settings.DATABASES["default"]
         store = "PostgreSQL" if "postgresql" in str(db["ENGINE"]) else f"SQLite ({db['NAME']})"
@@ -188,6 +213,10 @@ class Command(BaseCommand):
         ]
         if settings.HOLDPOINT_OUTBOUND_ALLOW_LOCAL:
             lines.append("  outbound calls may reach local addresses (demo)")
+        if slack_url is not None:
+            lines.append(
+                f"  Slack stand-in: {slack_url}/ (approvals and questions, with their buttons)"
+            )
         if remote is not None:
             started = ", ".join(remote.processes) or "none"
             lines.append(f"  remote demo workers (docs/agents.md): {started}")

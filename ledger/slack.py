@@ -40,7 +40,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from ledger import outbound
-from ledger.notifications import public_url, slack_text, time_left, what_is_asked
+from ledger.notifications import (
+    MAX_ATTEMPTS,
+    public_url,
+    slack_text,
+    time_left,
+    what_is_asked,
+)
 from ledger.tools import ActionFailed, OutcomeUnknown
 from runs.approvals import approvals_so_far, editable_of, policy_of
 from runs.models import InputRequest, Notification, SlackMessage
@@ -201,7 +207,7 @@ def _outcome_line(request: InputRequest) -> str:
         }.get(str(decision), "Answered")
         when = _when(request.answered_at) if request.answered_at else ""
         return f"*{verb}* by {who} {when}".strip()
-    if request.status == RequestStatus.EXPIRED:
+    if request.status in (RequestStatus.EXPIRED, RequestStatus.PENDING):  # pending: past its time
         return f"*Expired* {_when(request.expires_at)}: nobody decided in time."
     return f"*Closed*: {slack_text(request.closed_reason or 'the run moved on.')}"
 
@@ -391,8 +397,12 @@ def slack_sync(*, request_id: str | None = None, limit: int = SYNC_BATCH) -> int
             )
         except (ActionFailed, OutcomeUnknown) as exc:
             logger.warning("slack message %s: %s", message.key, exc)
+            # Tried again at the next sweeps; after the outbox's number of tries (a message
+            # deleted in Slack, a channel the app left) it is given up, with the reason.
             SlackMessage.objects.filter(pk=message.pk).update(
-                attempts=message.attempts + 1, last_error=str(exc)[:2000]
+                attempts=message.attempts + 1,
+                last_error=str(exc)[:2000],
+                final=message.attempts + 1 >= MAX_ATTEMPTS,
             )
             continue
         final = request.status != RequestStatus.PENDING or expired

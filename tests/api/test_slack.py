@@ -597,3 +597,21 @@ def test_the_profile_page_shows_the_link_and_unlinks_it(space: Workspace, client
     assert not SlackIdentity.objects.filter(user=alice).exists()
     assert "Not linked" in client.get("/profile/").content.decode()
     assert client.get("/profile/slack/unlink").status_code == 405
+
+
+def test_a_message_slack_no_longer_has_is_given_up_after_the_outboxs_tries(
+    space: Workspace,
+) -> None:
+    from ledger.notifications import MAX_ATTEMPTS
+
+    req = approval({"groups": ["approver"]})
+    notifications_send()
+    space.messages["C0APPROVERS"].clear()  # deleted in Slack
+    services.run_cancel(run_id=req.run_id, reason="not needed")
+    for _ in range(MAX_ATTEMPTS):
+        assert slack_sync() == 0
+    message = SlackMessage.objects.get(request=req)
+    assert message.final and "message_not_found" in message.last_error
+    assert methods(space).count("chat.update") == MAX_ATTEMPTS
+    slack_sync()
+    assert methods(space).count("chat.update") == MAX_ATTEMPTS  # given up: not tried again

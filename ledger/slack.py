@@ -36,7 +36,6 @@ import logging
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from ledger import outbound
@@ -380,15 +379,8 @@ def slack_sync(*, request_id: str | None = None, limit: int = SYNC_BATCH) -> int
         version = version_of(request) + (".late" if expired else "")
         if version == message.shown:
             continue
-        with transaction.atomic():
-            # One rewriter at a time per message; another sync that got here first wins.
-            locked = (
-                SlackMessage.objects.select_for_update(skip_locked=True)
-                .filter(pk=message.pk, shown=message.shown)
-                .first()
-            )
-            if locked is None:
-                continue
+        # No lock is held over the call to Slack: two syncs at once (a sweep and a click)
+        # may both send the same rewrite, which shows the same; the row records it once.
         text, blocks = message_blocks(request, now)
         try:
             api(

@@ -87,16 +87,19 @@ def _the_link(
     return link, req
 
 
-def _done(decision: str) -> str:
-    return _("approved") if decision == "approve" else _("denied")
-
-
 def _used_text(use: LinkUse) -> str:
-    return _("This e-mail's links were used at %(when)s: %(who)s %(what)s it.") % {
-        "when": clock(use.at, zone=True),
-        "who": use.who,
-        "what": _done(use.decision),
-    }
+    facts = {"when": clock(use.at, zone=True), "who": use.who}
+    if use.decision == "approve":
+        return _("This e-mail's links were used at %(when)s: %(who)s approved it.") % facts
+    return _("This e-mail's links were used at %(when)s: %(who)s denied it.") % facts
+
+
+def _done_text(decision: str, *, waits: bool) -> str:
+    if decision == "approve":
+        return (
+            _("You approved it. It waits for more approvals.") if waits else _("You approved it.")
+        )
+    return _("You denied it.")
 
 
 def why_not(link: ActionLink, req: InputRequest) -> str:
@@ -195,13 +198,8 @@ def _decide(
     )
     req.refresh_from_db()
     if outcome.ok:
-        if req.status == RequestStatus.PENDING:
-            messages.success(
-                request,
-                _("You %(what)s it. It waits for more approvals.") % {"what": _done(link.decision)},
-            )
-        else:
-            messages.success(request, _("You %(what)s it.") % {"what": _done(link.decision)})
+        waits = req.status == RequestStatus.PENDING
+        messages.success(request, _done_text(link.decision, waits=waits))
     else:
         messages.error(request, why_not(link, req) or outcome.detail)
     return redirect_after_post(here)

@@ -28,10 +28,11 @@ from dashboard.actions import (
     redirect_after_post,
 )
 from dashboard.forms import ApprovalForm
-from dashboard.pages.cards import build_card
+from dashboard.pages.cards import build_card, why_not_text
 from dashboard.present import clock, request_outcome_text
 from runs import services
 from runs.action_links import ActionLink, LinkUse, link_used, read_link
+from runs.approvals import why_not_decide
 from runs.models import InputRequest
 from runs.ratelimit import hit, rate_for
 from runs.selectors import request_get_for_user
@@ -149,10 +150,13 @@ def _page(
     closed = why_not(link, req)
     blocked = ""
     if not closed:
+        # The policy's own answer for this decision: a deny is not kept from the run's
+        # starter, nor from someone who approved already (they change their mind).
+        why = why_not_decide(req, request.user, link.decision)
         if not card.can_answer:
             blocked = card.who_can
-        elif card.approve_blocked and (link.decision == "approve" or not card.approved_already):
-            blocked = card.approve_blocked
+        elif why is not None:
+            blocked = why_not_text(why, card.team)
     context: dict[str, Any] = {
         "card": card,
         "token": token,

@@ -434,3 +434,22 @@ def test_a_link_and_a_dashboard_click_at_once_decide_once_on_postgres() -> None:
         )
         assert len(votes(req)) == 1, votes(req)
         services.run_cancel(run_id=req.run_id, reason="next round")
+
+
+def test_the_runs_starter_may_still_deny_from_the_e_mail(client: Client) -> None:
+    """Self-approval keeps the starter from approving, not from stopping their own run."""
+    alice = person("alice")
+    AgentApprovalPolicy.objects.update_or_create(
+        agent=AGENT, defaults={"policy": parse_policy({"self_approval": False})}
+    )
+    req = interrupted(kind="auth_required", started_by=alice)[3]
+    token = sign_link(ActionLink(req.id, alice.pk, "deny", 0, "n-deny"))
+    client.force_login(alice)
+    page = client.get(ACT_PATH + token).content.decode()
+    assert "data-act-form" in page and "data-act-blocked" not in page
+    html = page
+    client.post(
+        ACT_PATH + token, {"idempotency_key": hidden(html, "idempotency_key"), "comment": "stop"}
+    )
+    req.refresh_from_db()
+    assert req.status == "answered" and req.answer["decision"] == "deny"

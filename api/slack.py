@@ -225,18 +225,13 @@ def _block_action(payload: dict[str, Any], account: SlackAccount) -> HttpRespons
             )
     elif action_id in DECISIONS and isinstance(trigger, str):
         label = "Why do you deny it?" if action_id == "hp:deny" else "What should the agent change?"
-        slack.api(
-            "views.open",
-            {
-                "trigger_id": trigger,
-                "view": slack.modal(
-                    title="Deny" if action_id == "hp:deny" else "Send back",
-                    submit="Deny" if action_id == "hp:deny" else "Send back",
-                    callback="hp:decide",
-                    meta={**meta, "d": DECISIONS[action_id]},
-                    blocks=[slack.comment_block(required=True, label=label)],
-                ),
-            },
+        slack.open_modal(
+            trigger,
+            title="Deny" if action_id == "hp:deny" else "Send back",
+            submit="Deny" if action_id == "hp:deny" else "Send back",
+            callback="hp:decide",
+            meta={**meta, "d": DECISIONS[action_id]},
+            blocks=[slack.comment_block(required=True, label=label)],
         )
     elif action_id in ("hp:edit", "hp:form") and isinstance(trigger, str):
         _open_form(req, action_id, meta, trigger, channel, account)
@@ -277,18 +272,13 @@ def _open_form(
             f"This form needs the dashboard: <{slack.request_url(req)}|open it in Holdpoint>.",
         )
         return
-    slack.api(
-        "views.open",
-        {
-            "trigger_id": trigger,
-            "view": slack.modal(
-                title="Edit and approve" if action_id == "hp:edit" else "Answer",
-                submit="Approve" if action_id == "hp:edit" else "Send answer",
-                callback=action_id,
-                meta=meta,
-                blocks=fields,
-            ),
-        },
+    slack.open_modal(
+        trigger,
+        title="Edit and approve" if action_id == "hp:edit" else "Answer",
+        submit="Approve" if action_id == "hp:edit" else "Send answer",
+        callback=action_id,
+        meta=meta,
+        blocks=fields,
     )
 
 

@@ -42,6 +42,7 @@ from runs.idempotency import (
     parse_idempotency_key,
     principal_for_user,
 )
+from runs.ratelimit import hit, rate_for
 from runs.selectors import VIEW
 
 TZ_COOKIE = "tz"
@@ -105,6 +106,24 @@ def dashboard_view(*, require_view: bool = True) -> Callable[[View], View]:
         return cast(View, gate)
 
     return decorate
+
+
+def throttled(request: HttpRequest, scope: str) -> HttpResponse | None:
+    """429 with ``Retry-After`` when this person is past ``HOLDPOINT_THROTTLE_USER`` in
+    ``scope`` (the pages' actions that are not the API: the profile, an e-mail's link),
+    else None."""
+    rate = rate_for("HOLDPOINT_THROTTLE_USER")
+    if rate is None:
+        return None
+    verdict = hit(scope, f"user:{request.user.pk}", rate)
+    if verdict.allowed:
+        return None
+    return HttpResponse(
+        _("Too many requests at once; try again in a minute."),
+        status=429,
+        content_type="text/plain; charset=utf-8",
+        headers={"Retry-After": str(verdict.retry_after)},
+    )
 
 
 def new_idempotency_key() -> str:

@@ -593,15 +593,28 @@ def comment_of(state: Any) -> str:
     return value.strip() if isinstance(value, str) else ""
 
 
-def modal(
-    *, title: str, submit: str, callback: str, meta: dict[str, Any], blocks: list[dict[str, Any]]
-) -> dict[str, Any]:
-    return {
-        "type": "modal",
-        "callback_id": callback,
-        "title": _plain(title, 24),
-        "submit": _plain(submit, 24),
-        "close": _plain("Cancel", 24),
-        "private_metadata": json.dumps(meta)[:3000],
-        "blocks": blocks,
-    }
+def open_modal(
+    trigger: str,
+    *,
+    title: str,
+    submit: str,
+    callback: str,
+    meta: dict[str, Any],
+    blocks: list[dict[str, Any]],
+) -> None:
+    """Open a modal for the person whose click gave ``trigger`` (``views.open``)."""
+    api(
+        "views.open",
+        {
+            "trigger_id": trigger,
+            "view": {
+                "type": "modal",
+                "callback_id": callback,
+                "title": _plain(title, 24),
+                "submit": _plain(submit, 24),
+                "close": _plain("Cancel", 24),
+                "private_metadata": json.dumps(meta)[:3000],
+                "blocks": blocks,
+            },
+        },
+    )

@@ -26,6 +26,7 @@ from dashboard.actions import (
     form_key,
     perform_once,
     redirect_after_post,
+    throttled,
 )
 from dashboard.forms import ApprovalForm
 from dashboard.pages.cards import build_card, why_not_text
@@ -34,21 +35,8 @@ from runs import services
 from runs.action_links import ActionLink, LinkUse, link_used, read_link
 from runs.approvals import why_not_decide
 from runs.models import InputRequest
-from runs.ratelimit import hit, rate_for
 from runs.selectors import request_get_for_user
 from runs.states import RequestStatus
-
-
-def _throttled(request: HtmxHttpRequest) -> HttpResponse | None:
-    rate = rate_for("HOLDPOINT_THROTTLE_USER")
-    if rate is not None and not hit("act", f"user:{request.user.pk}", rate).allowed:
-        return HttpResponse(
-            _("Too many requests at once; try again in a minute."),
-            status=429,
-            content_type="text/plain; charset=utf-8",
-            headers={"Retry-After": "60"},
-        )
-    return None
 
 
 def _refusal(request: HtmxHttpRequest, text: str, status: int) -> HttpResponse:
@@ -122,7 +110,7 @@ def why_not(link: ActionLink, req: InputRequest) -> str:
 @dashboard_view(require_view=False)
 def act(request: HtmxHttpRequest, token: str) -> HttpResponse:
     """The confirm page of an e-mail's Approve or Deny link; its POST decides."""
-    refused = _throttled(request)
+    refused = throttled(request, "act")
     if refused is not None:
         return refused
     found = _the_link(request, token)

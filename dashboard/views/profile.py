@@ -12,10 +12,9 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
-from dashboard.actions import HtmxHttpRequest, dashboard_view, redirect_after_post
+from dashboard.actions import HtmxHttpRequest, dashboard_view, redirect_after_post, throttled
 from runs.errors import HoldpointError
 from runs.models import SlackIdentity
-from runs.ratelimit import hit, rate_for
 from runs.services.notifications import notification_preferences, notification_preferences_set
 from runs.services.slack import read_link_token, slack_link, slack_unlink
 
@@ -41,13 +40,9 @@ def profile(request: HtmxHttpRequest) -> HttpResponse:
         return HttpResponse(status=405, headers={"Allow": "GET, POST"})
     current = notification_preferences(request.user)
     if request.method == "POST":
-        rate = rate_for("HOLDPOINT_THROTTLE_USER")
-        if rate is not None and not hit("profile", f"user:{request.user.pk}", rate).allowed:
-            return HttpResponse(
-                _("Too many changes at once; try again in a minute."),
-                status=429,
-                content_type="text/plain; charset=utf-8",
-            )
+        refused = throttled(request, "profile")
+        if refused is not None:
+            return refused
         form = NotificationForm(request.POST)
         if form.is_valid():
             notification_preferences_set(
@@ -72,24 +67,13 @@ def profile(request: HtmxHttpRequest) -> HttpResponse:
     )
 
 
-def _throttled(request: HtmxHttpRequest) -> HttpResponse | None:
-    rate = rate_for("HOLDPOINT_THROTTLE_USER")
-    if rate is not None and not hit("profile", f"user:{request.user.pk}", rate).allowed:
-        return HttpResponse(
-            _("Too many changes at once; try again in a minute."),
-            status=429,
-            content_type="text/plain; charset=utf-8",
-        )
-    return None
-
-
 @dashboard_view(require_view=False)
 def slack_link_confirm(request: HtmxHttpRequest, token: str) -> HttpResponse:
     """The link Slack shows an unlinked clicker (``api/slack.py``): GET asks the signed-in
     person to confirm that the Slack account is theirs; POST links it."""
     if request.method not in ("GET", "HEAD", "POST"):
         return HttpResponse(status=405, headers={"Allow": "GET, POST"})
-    refused = _throttled(request)
+    refused = throttled(request, "profile")
     if refused is not None:
         return refused
     account = read_link_token(token)
@@ -113,7 +97,7 @@ def slack_link_confirm(request: HtmxHttpRequest, token: str) -> HttpResponse:
 @dashboard_view(require_view=False)
 @require_POST
 def slack_unlink_view(request: HtmxHttpRequest) -> HttpResponse:
-    refused = _throttled(request)
+    refused = throttled(request, "profile")
     if refused is not None:
         return refused
     if slack_unlink(user=request.user):

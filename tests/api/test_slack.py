@@ -41,14 +41,14 @@ from runs.models import (
     SlackMessage,
 )
 from runs.services.slack import SlackAccount, link_token, slack_link
-from runtime.slack_standin import SIGNING_SECRET, TEAM, TOKEN, Workspace, serve
+from runtime.slack_standin import SIGNING_SECRET, TEAM, TOKEN, Workspace
 from tests.conftest import _user
 from tests.dashboard.support import answer
 from tests.runs.factory import AGENT, interrupted
+from tests.slack_support import URL, slack_standin
 
 pytestmark = pytest.mark.django_db
 
-URL = "/api/slack/interactions"
 CHANNELS = {"approver": "C0APPROVERS", "admin": "C0ADMINS"}
 EDITABLE = {
     "schema": {
@@ -61,33 +61,10 @@ EDITABLE = {
 
 
 @pytest.fixture
-def space(settings: Any, client: Client) -> Iterator[Workspace]:
-    """The stand-in on a port of its own; Holdpoint pointed at it; signed payloads reach
-    Holdpoint's endpoint through Django's test client (the same handler and middleware)."""
-    space = Workspace()
-    server = serve(space)
-    settings.HOLDPOINT_SLACK_BOT_TOKEN = TOKEN
-    settings.HOLDPOINT_SLACK_SIGNING_SECRET = SIGNING_SECRET
-    settings.HOLDPOINT_SLACK_API_URL = f"http://127.0.0.1:{server.server_address[1]}/api/"
-    settings.HOLDPOINT_SLACK_CHANNELS = dict(CHANNELS)
-    settings.HOLDPOINT_SLACK_LINK_BY_EMAIL = False
-    settings.HOLDPOINT_NOTIFY_WEBHOOKS = {}
+def space(settings: Any) -> Iterator[Workspace]:
     settings.HOLDPOINT_PUBLIC_URL = "https://holdpoint.example"
-    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
-
-    def transport(body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
-        response = Client().post(
-            URL,
-            body,
-            content_type=headers["Content-Type"],
-            HTTP_X_SLACK_REQUEST_TIMESTAMP=headers["X-Slack-Request-Timestamp"],
-            HTTP_X_SLACK_SIGNATURE=headers["X-Slack-Signature"],
-        )
-        return response.status_code, response.content
-
-    space.transport = transport
-    yield space
-    server.shutdown()
+    with slack_standin(settings, CHANNELS) as space:
+        yield space
 
 
 def linked(name: str, group: str, slack_id: str) -> User:

@@ -23,8 +23,8 @@ from runs import services
 from runs.action_links import ActionLink, read_link, sign_link
 from runs.approvals import parse_policy
 from runs.models import AgentApprovalPolicy, ApprovalVote, InputRequest, RunEvent
-from tests.conftest import _user
 from tests.dashboard.support import answer, hidden
+from tests.ledger.test_notifications import person
 from tests.runs.factory import AGENT, interrupted, snapshot
 
 pytestmark = pytest.mark.django_db
@@ -38,13 +38,6 @@ def _mail(settings: Any) -> None:
     settings.HOLDPOINT_NOTIFY_WEBHOOKS = {}
     settings.HOLDPOINT_NOTIFY_MIN_INTERVAL_SECONDS = 60
     settings.HOLDPOINT_PUBLIC_URL = "https://holdpoint.example"
-
-
-def person(name: str, group: str = "approver") -> User:
-    user = _user(name, group)
-    user.email = f"{name}@example.com"
-    user.save()
-    return user
 
 
 def approval(policy: dict[str, Any] | None = None, **kw: Any) -> InputRequest:

@@ -5,6 +5,7 @@ stand-in (``runtime/slack_standin.py``), its signed payload sent to the real end
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,38 +16,19 @@ from runs.action_links import ActionLink, sign_link
 from runs.approvals import parse_policy
 from runs.models import AgentApprovalPolicy, ApprovalVote
 from runs.services.slack import SlackAccount, slack_link
-from runtime.slack_standin import SIGNING_SECRET, TEAM, TOKEN, Workspace, serve
+from runtime.slack_standin import TEAM, Workspace
 from tests.live.conftest import db, pushed, run, session_cookie, silent, socket
 from tests.live.test_approval_cards import ACTION, card_in, frames_of, person, run_page
 from tests.runs.factory import AGENT, interrupted
+from tests.slack_support import slack_standin
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def slack_space(settings: Any) -> Any:
-    space = Workspace()
-    server = serve(space)
-    settings.HOLDPOINT_SLACK_BOT_TOKEN = TOKEN
-    settings.HOLDPOINT_SLACK_SIGNING_SECRET = SIGNING_SECRET
-    settings.HOLDPOINT_SLACK_API_URL = f"http://127.0.0.1:{server.server_address[1]}/api/"
-    settings.HOLDPOINT_SLACK_CHANNELS = {"approver": "C0APPROVERS"}
-    settings.HOLDPOINT_NOTIFY_WEBHOOKS = {}
-    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
-
-    def transport(body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
-        response = Client().post(
-            "/api/slack/interactions",
-            body,
-            content_type=headers["Content-Type"],
-            HTTP_X_SLACK_REQUEST_TIMESTAMP=headers["X-Slack-Request-Timestamp"],
-            HTTP_X_SLACK_SIGNATURE=headers["X-Slack-Signature"],
-        )
-        return response.status_code, response.content
-
-    space.transport = transport
-    yield space
-    server.shutdown()
+def slack_space(settings: Any) -> Iterator[Workspace]:
+    with slack_standin(settings, {"approver": "C0APPROVERS"}) as space:
+        yield space
 
 
 @pytest.mark.parametrize("door", ["slack", "email"])

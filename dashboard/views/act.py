@@ -32,6 +32,7 @@ from dashboard.pages.cards import build_card
 from dashboard.present import clock, request_outcome_text
 from runs import services
 from runs.action_links import ActionLink, LinkUse, link_used, read_link
+from runs.audit import EMAIL, EMAIL_LINK
 from runs.models import InputRequest
 from runs.ratelimit import hit, rate_for
 from runs.selectors import request_get_for_user
@@ -185,7 +186,8 @@ def _decide(
             checkpoint_id=req.checkpoint_id,
             value=value,
             user=request.user,
-            via="email",
+            via=EMAIL,
+            identity=EMAIL_LINK,
             link=link,
         )
         return {"run_status": run.status}

@@ -38,6 +38,7 @@ from runs.approvals import (
     standing_votes,
     why_not_decide,
 )
+from runs.audit import how
 from runs.errors import HoldpointError
 from runs.events import EventType, append_event
 from runs.models import ApprovalVote, InputRequest, Run
@@ -150,6 +151,7 @@ def approval_decide(
     user: UserLike,
     actor: str,
     via: str = "",
+    identity: str = "",
     link: ActionLink | None = None,
 ) -> ApprovalAnswer | None:
     """Record one person's decision; return the request's answer when it is decided, or
@@ -159,6 +161,7 @@ def approval_decide(
     the link has decided already."""
     decision = value.get("decision") if isinstance(value, dict) else None
     who = user_or_none(user)
+    door = how(via=via, identity=identity)
     if link is not None:
         _check_link(request, link, who, value)
     new_edit = is_new_edit(request.action, value, request.edited)
@@ -223,7 +226,7 @@ def approval_decide(
                 "to": decision,
                 "comment": answer.get("comment", ""),
                 "earlier_comment": earlier.comment,
-                **_via(via),
+                **door,
             },
         )
     if decision == "approve":
@@ -242,7 +245,7 @@ def approval_decide(
                     "edited": edit,
                     "reset": resets,
                     "comment": answer.get("comment", ""),
-                    **_via(via),
+                    **door,
                 },
             )
             return None
@@ -269,15 +272,11 @@ def approval_decide(
                 "request_id": request.id,
                 "by": name,
                 "comment": answer.get("comment", ""),
-                **_via(via),
+                **door,
             },
         )
         return None
     return answer
-
-
-def _via(via: str) -> dict[str, str]:
-    return {"via": via} if via else {}
 
 
 def _check_link(request: InputRequest, link: ActionLink, who: Any, value: Any) -> None:

@@ -7,7 +7,7 @@ from django.urls import URLPattern, URLResolver, path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.permissions import AllowAny
 
-from api import control, pause, reads, side_effects, worker, worker_protocol, workers
+from api import audit, control, pause, reads, side_effects, worker, worker_protocol, workers
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path(
@@ -34,6 +34,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("runs/<str:run_id>/pause", pause.RunPauseApi.as_view(), name="api-run-pause"),
     path("input-requests", reads.InputRequestListApi.as_view(), name="api-input-requests"),
     path("workers", workers.WorkerListApi.as_view(), name="api-workers"),
+    # Decisions and control operations across runs, as pages or a CSV download.
+    path("audit", audit.AuditApi.as_view(), name="api-audit"),
     # The worker API: worker tokens only.
     # The claim of api/worker.py, with the long poll and the answers (api/worker_protocol.py).
     path("worker/claim", worker_protocol.WorkerClaimWaitApi.as_view(), name="api-worker-claim"),

@@ -56,13 +56,25 @@ class AuditRow(TypedDict):
 class AuditFilter:
     """What ``GET /api/audit`` narrows the trail to; every member optional. ``since`` is
     inclusive, ``until`` exclusive. ``actor`` is an event's actor (``user:olivia``,
-    ``cli``, ``system``) or a user name (``olivia``, which means ``user:olivia``)."""
+    ``cli``, ``system``) or a user name (``olivia``, which means ``user:olivia``:
+    ``actor_of``)."""
 
     since: dt.datetime | None = None
     until: dt.datetime | None = None
     actor: str = ""
     run_id: str = ""
     type: str = ""
+
+
+# Actors that are not people, written bare (``runs.services.actor_for``, the commands).
+BARE_ACTORS = frozenset({"system", "cli"})
+
+
+def actor_of(name: str) -> str:
+    """The actor a filter means: ``olivia`` is the person ``user:olivia``; ``cli``,
+    ``system`` and anything with a colon (``user:olivia``, ``system:sweeper``) are
+    themselves. One value, so the actor index gives the rows in order (no sort)."""
+    return name if ":" in name or name in BARE_ACTORS else f"user:{name}"
 
 
 def audit_events(where: AuditFilter, *, before: Key | None = None) -> QuerySet[RunEvent]:
@@ -76,8 +88,7 @@ def audit_events(where: AuditFilter, *, before: Key | None = None) -> QuerySet[R
     if where.until is not None:
         events = events.filter(created_at__lt=where.until)
     if where.actor:
-        names = [where.actor] if ":" in where.actor else [where.actor, f"user:{where.actor}"]
-        events = events.filter(actor__in=names)
+        events = events.filter(actor=actor_of(where.actor))
     if where.run_id:
         events = events.filter(run_id=where.run_id)
     if before is not None:

@@ -12,10 +12,11 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.contrib.auth.models import Group, User
 from django.core.management import call_command
 from django.db import connection
-from django.test import Client
+from django.test import AsyncClient, Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rest_framework.authtoken.models import Token
@@ -283,6 +284,27 @@ def test_a_download_is_bounded_and_its_link_continues_it(admin_user: User, setti
     parts = [(r[1], r[3]) for r in csv_of(client.get(URL, {"format": "csv"}))[1:]]
     parts += [(r[1], r[3]) for r in csv_of(client.get(link.group(1)))[1:]]
     assert parts == every
+
+
+def test_an_asgi_server_streams_the_download_chunk_by_chunk(
+    admin_user: User, settings: Any
+) -> None:
+    """Under ASGI (uvicorn in production) the rows are an async iterator: Django would
+    otherwise read a plain iterator whole before sending a byte."""
+    cancelled_runs(admin_user, 3)
+    key = Token.objects.get_or_create(user=admin_user)[0].key
+
+    async def download() -> tuple[bool, bytes]:
+        response = await AsyncClient().get(
+            URL, {"format": "csv"}, headers={"Authorization": f"Token {key}"}
+        )
+        assert response.status_code == 200
+        return response.is_async, b"".join([piece async for piece in response])
+
+    is_async, body = async_to_sync(download)()
+    assert is_async
+    table = list(csv.reader(io.StringIO(body.decode())))
+    assert len(table) == 1 + 6 and table[1][3] == "run.cancel_requested"
 
 
 # --- Who may, bad input, throttle, fuzz ---------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -11,9 +12,13 @@ from django.core.exceptions import PermissionDenied
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.authtoken.models import Token
+from rest_framework.request import Request
 
 from api.problems import CONTENT_TYPE
 from api.serializers import ProblemSerializer
+from runs.audit import SESSION
 from runs.errors import ERROR_STATUS, HoldpointError
 from runs.selectors import permission_denied_text
 
@@ -31,6 +36,21 @@ AUTH_CODES = (
 )
 # Refusals of any endpoint that reads a JSON body, before the view runs.
 BODY_CODES = ("malformed_request", "payload_too_large", "unsupported_media_type", "invalid_input")
+
+
+def api_identity(request: Request) -> str:
+    """The credential a control-API request was made with, for the audit trail
+    (``runs/audit.py``): ``session`` for a browser session, ``token:<fingerprint>`` for a DRF
+    token. A DRF token's key is its only id and a secret, so it is named by the first 12
+    hex digits of its SHA-256 (``printf %s KEY | sha256sum`` finds it). Any other
+    authenticator is named by its class, so a new one is never recorded as nothing."""
+    authenticator = request.successful_authenticator
+    if isinstance(request.auth, Token):
+        fingerprint = hashlib.sha256(request.auth.key.encode()).hexdigest()[:12]
+        return f"token:{fingerprint}"
+    if isinstance(authenticator, SessionAuthentication):
+        return SESSION
+    return type(authenticator).__name__ if authenticator is not None else ""
 
 
 def require_perm(user: Any, perm: str) -> None:

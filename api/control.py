@@ -16,11 +16,12 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from api.base import command_schema, pointers_under, require_perm
+from api.base import api_identity, command_schema, pointers_under, require_perm
 from api.idempotency import IdempotentMixin
 from api.reads import RunListApi
 from api.serializers import RunSerializer
 from runs import services
+from runs.audit import API
 from runs.errors import HoldpointError
 from runs.selectors import (
     ANSWER,
@@ -95,6 +96,8 @@ class RunStartApi(IdempotentMixin, APIView):
                     approvals=data.get("approvals"),
                     pause_before=data.get("pause_before"),
                     user=request.user,
+                    via=API,
+                    identity=api_identity(request),
                 )
             return RunSerializer(run).data
 
@@ -160,7 +163,8 @@ class RunResumeApi(IdempotentMixin, APIView):
                     checkpoint_id=data["checkpoint_id"],
                     value=data["value"],
                     user=user,
-                    via="api",
+                    via=API,
+                    identity=api_identity(request),
                 )
             return RunSerializer(resumed).data
 
@@ -194,7 +198,13 @@ class RunCancelApi(IdempotentMixin, APIView):
             request,
             lambda data: (
                 RunSerializer(
-                    services.run_cancel(run_id=run.pk, reason=data["reason"], user=request.user)
+                    services.run_cancel(
+                        run_id=run.pk,
+                        reason=data["reason"],
+                        user=request.user,
+                        via=API,
+                        identity=api_identity(request),
+                    )
                 ).data
             ),
             status=202,
@@ -233,6 +243,8 @@ class RunRetryApi(IdempotentMixin, APIView):
                         reason=data["reason"],
                         from_checkpoint_id=data.get("from_checkpoint"),
                         user=request.user,
+                        via=API,
+                        identity=api_identity(request),
                     )
                 ).data
             ),

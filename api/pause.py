@@ -20,11 +20,12 @@ from rest_framework.response import Response
 from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
-from api.base import command_schema, require_perm
+from api.base import api_identity, command_schema, require_perm
 from api.idempotency import IdempotentMixin
 from api.serializers import AgentOverviewSerializer, RunSerializer
 from api.throttles import PrincipalRateThrottle
 from runs import services
+from runs.audit import API
 from runs.errors import HoldpointError
 from runs.selectors import CANCEL, PAUSE_AGENT, VIEW, agent_overview, run_get_for_user
 
@@ -94,6 +95,8 @@ class RunPauseApi(IdempotentMixin, APIView):
                         reason=data["reason"],
                         expires_in=data.get("expires_in"),
                         user=request.user,
+                        via=API,
+                        identity=api_identity(request),
                     )
                 ).data
             ),
@@ -128,7 +131,13 @@ class AgentGateApi(IdempotentMixin, APIView):
         _known_agent(request.user, name)
 
         def execute(data: dict[str, Any]) -> Response:
-            type(self).change(agent=name, reason=data["reason"], user=request.user)
+            type(self).change(
+                agent=name,
+                reason=data["reason"],
+                user=request.user,
+                via=API,
+                identity=api_identity(request),
+            )
             return _agent_answer(name)
 
         return self.command(request, execute)

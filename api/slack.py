@@ -39,6 +39,7 @@ from ledger.slack import obj
 from ledger.tools import ActionFailed, OutcomeUnknown
 from runs import services
 from runs.approvals import current_value, editable_of
+from runs.audit import SLACK
 from runs.errors import HoldpointError
 from runs.idempotency import StoredResponse, idempotent_call, principal_for_user
 from runs.models import InputRequest
@@ -318,7 +319,8 @@ def _decide(
                 checkpoint_id=req.checkpoint_id,
                 value=value,
                 user=person,
-                via="slack",
+                via=SLACK,
+                identity=f"slack:{account.team_id}/{account.user_id}",
                 round_seen=round_seen if req.kind == RequestKind.AUTH_REQUIRED else None,
             )
         except HoldpointError as exc:

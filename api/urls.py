@@ -7,7 +7,7 @@ from django.urls import URLPattern, URLResolver, path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.permissions import AllowAny
 
-from api import control, pause, reads, side_effects, slack, worker, worker_protocol, workers
+from api import audit, control, pause, reads, side_effects, slack, worker, worker_protocol, workers
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path(
@@ -36,6 +36,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("workers", workers.WorkerListApi.as_view(), name="api-workers"),
     # Slack's interactivity requests (buttons, modals), signed by Slack (api/slack.py).
     path("slack/interactions", slack.interactions, name="api-slack-interactions"),
+    # Decisions and control operations across runs, as pages or a CSV download.
+    path("audit", audit.AuditApi.as_view(), name="api-audit"),
     # The worker API: worker tokens only.
     # The claim of api/worker.py, with the long poll and the answers (api/worker_protocol.py).
     path("worker/claim", worker_protocol.WorkerClaimWaitApi.as_view(), name="api-worker-claim"),

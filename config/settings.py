@@ -363,6 +363,9 @@ HOLDPOINT_IDEMPOTENCY_IN_PROGRESS_SECONDS = env_int(
 )
 # Requests per user per minute to the pause endpoints (run pause, agent pause/unpause).
 HOLDPOINT_PAUSE_THROTTLE_PER_MINUTE = env_int("HOLDPOINT_PAUSE_THROTTLE_PER_MINUTE", 120, minimum=1)
+# Rows of one CSV download of the audit trail (GET /api/audit?format=csv); past it the
+# response's Link header continues from where it stopped (api/audit.py).
+HOLDPOINT_AUDIT_CSV_MAX_ROWS = env_int("HOLDPOINT_AUDIT_CSV_MAX_ROWS", 100_000, minimum=1)
 HOLDPOINT_MAX_BODY_BYTES = env_int("HOLDPOINT_MAX_BODY_BYTES", 256 * 1024, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = HOLDPOINT_MAX_BODY_BYTES
 # The most threads one web process serves requests in at once (config/handler.py); each

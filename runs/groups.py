@@ -25,6 +25,7 @@ GROUPS: dict[str, list[str]] = {
         "retry_run",
         "pause_agent",
         "view_worker",
+        "view_audit",
     ],
 }
 

@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Exists, OuterRef, Q
 
+from runs.audit import AUDIT_EVENT_TYPES
 from runs.ids import new_attempt_id, new_checkpoint_id, new_request_id, new_run_id
 from runs.states import (
     CLAIMABLE,
@@ -517,6 +518,25 @@ class RunEvent(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "seq"], name="event_run_seq_uniq")]
         ordering = ["run", "seq"]
+        permissions = [("view_audit", "Can export the audit trail")]
+        indexes = [
+            # Serve the audit trail (runs/audit_log.py, GET /api/audit): WHERE type IN
+            # (AUDIT_EVENT_TYPES) [AND created_at BETWEEN …] ORDER BY created_at DESC, id DESC
+            # LIMIT n, and its keyset cursor. Partial: decisions and control operations
+            # are a small share of all events, so the index stays small and a page never
+            # walks past heartbeats' neighbours (checkpoints, logs, side effects).
+            models.Index(
+                fields=["-created_at", "-id"],
+                name="event_audit_idx",
+                condition=Q(type__in=AUDIT_EVENT_TYPES),
+            ),
+            # The same, for one person (``?actor=``): WHERE actor IN (…) AND type IN (…).
+            models.Index(
+                fields=["actor", "-created_at", "-id"],
+                name="event_audit_actor_idx",
+                condition=Q(type__in=AUDIT_EVENT_TYPES),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.run_id}#{self.seq} {self.type}"

@@ -40,6 +40,7 @@ RETRY = "runs.retry_run"
 START = "runs.start_run"
 PAUSE_AGENT = "runs.pause_agent"
 VIEW_WORKERS = "runs.view_worker"
+VIEW_AUDIT = "runs.view_audit"
 
 
 # What a person without a permission is told, in words (never the codename): who may.
@@ -55,6 +56,7 @@ PERMISSION_WORDS = {
     START: gettext_lazy("Only operators and admins can start runs."),
     PAUSE_AGENT: gettext_lazy("Only operators and admins can pause or unpause an agent."),
     VIEW_WORKERS: gettext_lazy("Only operators and admins can see the workers."),
+    VIEW_AUDIT: gettext_lazy("Only admins can export the audit trail."),
 }
 
 

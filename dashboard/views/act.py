@@ -34,6 +34,7 @@ from dashboard.present import clock, request_outcome_text
 from runs import services
 from runs.action_links import ActionLink, LinkUse, link_used, read_link
 from runs.approvals import why_not_decide
+from runs.audit import EMAIL, EMAIL_LINK
 from runs.models import InputRequest
 from runs.selectors import request_get_for_user
 from runs.states import RequestStatus
@@ -180,7 +181,8 @@ def _decide(
             checkpoint_id=req.checkpoint_id,
             value=value,
             user=request.user,
-            via="email",
+            via=EMAIL,
+            identity=EMAIL_LINK,
             link=link,
         )
         return {"run_status": run.status}

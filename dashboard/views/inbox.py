@@ -34,6 +34,7 @@ from dashboard.present import describe_action, request_outcome_text
 from dashboard.views.runs import render_run_main, render_run_page
 from runs import services
 from runs.approvals import approvals_needed
+from runs.audit import DASHBOARD, SESSION
 from runs.models import InputRequest
 from runs.selectors import permission_for_request_kind, request_get_for_user
 from runs.states import RequestKind, RequestStatus
@@ -155,7 +156,8 @@ def request_answer(request: HtmxHttpRequest, run_id: str, request_id: str) -> Ht
             checkpoint_id=checkpoint_id,
             value=value,
             user=request.user,
-            via="dashboard",
+            via=DASHBOARD,
+            identity=SESSION,
         )
         return {"run_status": run.status}
 

@@ -31,6 +31,7 @@ from dashboard.present import actor_name, clock
 from dashboard.views.runs import _invalid_run_form, _out_of_date, _run_reply
 from runs import services
 from runs.access import Actor
+from runs.audit import DASHBOARD, SESSION
 from runs.selectors import (
     CANCEL,
     PAUSE_AGENT,
@@ -62,7 +63,13 @@ def run_pause(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     run = run_get_for_user(user=request.user, run_id=run_id, perm=CANCEL)
 
     def pause(data: dict[str, Any]) -> dict[str, Any]:
-        paused = services.run_pause(run_id=run.id, reason=data["reason"], user=request.user)
+        paused = services.run_pause(
+            run_id=run.id,
+            reason=data["reason"],
+            user=request.user,
+            via=DASHBOARD,
+            identity=SESSION,
+        )
         return {"run_status": paused.status}
 
     done = submit_action(
@@ -103,6 +110,8 @@ def run_continue(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
             checkpoint_id=data["checkpoint_id"],
             value=None,
             user=request.user,
+            via=DASHBOARD,
+            identity=SESSION,
         )
         return {"run_status": continued.status}
 
@@ -193,9 +202,17 @@ def agent_gate(request: HtmxHttpRequest, name: str, action: str) -> HttpResponse
 
     def call(data: dict[str, Any]) -> dict[str, Any]:
         if action == "pause":
-            services.agent_pause(agent=name, reason=reason, user=request.user)
+            services.agent_pause(
+                agent=name, reason=reason, user=request.user, via=DASHBOARD, identity=SESSION
+            )
         else:
-            services.agent_unpause(agent=name, reason=reason[:MAX_REASON], user=request.user)
+            services.agent_unpause(
+                agent=name,
+                reason=reason[:MAX_REASON],
+                user=request.user,
+                via=DASHBOARD,
+                identity=SESSION,
+            )
         return {}
 
     done = submit_action(

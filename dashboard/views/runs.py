@@ -27,6 +27,7 @@ from dashboard.forms import CancelForm, RetryForm
 from dashboard.pages.runs import run_context, run_list_context, timeline_rows
 from dashboard.present import TIMELINE_FILTERS, actor_name, clock, run_status_text
 from runs import services
+from runs.audit import DASHBOARD, SESSION
 from runs.events import EventType
 from runs.models import Attempt, Checkpoint, Run, RunEvent
 from runs.selectors import CANCEL, RETRY, run_get_for_user, runs_for_user
@@ -148,7 +149,13 @@ def run_cancel(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     run = run_get_for_user(user=request.user, run_id=run_id, perm=CANCEL)
 
     def cancel(data: dict[str, Any]) -> dict[str, Any]:
-        cancelled = services.run_cancel(run_id=run.id, user=request.user, reason=data["reason"])
+        cancelled = services.run_cancel(
+            run_id=run.id,
+            user=request.user,
+            reason=data["reason"],
+            via=DASHBOARD,
+            identity=SESSION,
+        )
         return {"run_status": cancelled.status}
 
     done = submit_action(
@@ -195,6 +202,8 @@ def run_retry(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
             reason=data["reason"],
             from_checkpoint_id=data.get("from_checkpoint") or None,
             user=request.user,
+            via=DASHBOARD,
+            identity=SESSION,
         )
         attempt = Attempt.objects.get(pk=retried.current_attempt_id)
         checkpoint = attempt.resume_from

@@ -26,6 +26,7 @@ from dashboard.schema_forms import SchemaForm
 from runs import services
 from runs.agents import AgentSpec, all_agent_specs, approval_policy_for
 from runs.approvals import why_not_preapprove
+from runs.audit import DASHBOARD, SESSION
 from runs.errors import HoldpointError
 from runs.schemas import compile_schema
 from runs.selectors import APPROVE, START
@@ -91,7 +92,12 @@ def run_start(request: HtmxHttpRequest) -> HttpResponse:
 
     def start() -> dict[str, Any]:
         run = services.run_start(
-            agent=spec.name, input=value, user=request.user, approvals=approvals or None
+            agent=spec.name,
+            input=value,
+            user=request.user,
+            approvals=approvals or None,
+            via=DASHBOARD,
+            identity=SESSION,
         )
         return {"run_id": run.id}
 

@@ -38,6 +38,7 @@ from runs.approvals import (
     standing_votes,
     why_not_decide,
 )
+from runs.audit import how
 from runs.errors import HoldpointError
 from runs.events import EventType, append_event
 from runs.models import ApprovalVote, InputRequest, Run
@@ -150,6 +151,7 @@ def approval_decide(
     user: UserLike,
     actor: str,
     via: str = "",
+    identity: str = "",
     link: ActionLink | None = None,
     round_seen: int | None = None,
 ) -> ApprovalAnswer | None:
@@ -160,6 +162,7 @@ def approval_decide(
     the link has decided already."""
     decision = value.get("decision") if isinstance(value, dict) else None
     who = user_or_none(user)
+    door = how(via=via, identity=identity)
     if link is not None:
         _check_link(request, link, who, value)
     elif round_seen is not None:
@@ -226,7 +229,7 @@ def approval_decide(
                 "to": decision,
                 "comment": answer.get("comment", ""),
                 "earlier_comment": earlier.comment,
-                **_via(via),
+                **door,
             },
         )
     if decision == "approve":
@@ -245,7 +248,7 @@ def approval_decide(
                     "edited": edit,
                     "reset": resets,
                     "comment": answer.get("comment", ""),
-                    **_via(via),
+                    **door,
                 },
             )
             return None
@@ -272,15 +275,11 @@ def approval_decide(
                 "request_id": request.id,
                 "by": name,
                 "comment": answer.get("comment", ""),
-                **_via(via),
+                **door,
             },
         )
         return None
     return answer
-
-
-def _via(via: str) -> dict[str, str]:
-    return {"via": via} if via else {}
 
 
 def _check_round(request: InputRequest, round_seen: int, when: str) -> None:

@@ -15,6 +15,7 @@ from django.utils.translation import gettext, gettext_noop
 from runs import db
 from runs.action_links import ActionLink
 from runs.agents import agent_spec
+from runs.audit import how
 from runs.db import row_now
 from runs.errors import HoldpointError
 from runs.events import EventType, append_event, batched_events, cancel_notice, work_notice
@@ -101,6 +102,7 @@ def run_resume(
     user: UserLike = None,
     actor: str | None = None,
     via: str = "",
+    identity: str = "",
     link: ActionLink | None = None,
     round_seen: int | None = None,
 ) -> Run:
@@ -111,12 +113,14 @@ def run_resume(
     is depends on the request's kind: a question's value, one person's decision on an
     approval (which may leave it waiting for more), or nothing to continue a pause.
 
-    ``via`` says how the person decided ("dashboard", "api", "email"), in the events and
-    the approval's record. ``link``: the decision comes from a link in an e-mail
+    ``via`` says how the person decided ("dashboard", "api", "email", "cli") and
+    ``identity`` with which credential (``runs/audit.py``), in the events and the
+    approval's record. ``link``: the decision comes from a link in an e-mail
     (``runs/action_links.py``), which decides only the approval it names, on the version
     it was sent about, once. ``round_seen``: the approval's edit round the person saw (a
     Slack message); an edit since refuses the decision.
     """
+    door = how(via=via, identity=identity)
     # The run lock makes the compare-and-set atomic: two resumes of one request
     # serialise here and the second sees the first one's answer.
     run = lock_run(run_id)
@@ -140,6 +144,7 @@ def run_resume(
             user=user,
             actor=actor,
             via=via,
+            identity=identity,
             link=link,
             round_seen=round_seen,
         )
@@ -149,7 +154,7 @@ def run_resume(
         value = decided
     else:
         validate_value(request.accepted_schema, value, what="answer")
-    _answer_and_queue(run, request, value, user=user, actor=actor, via=via)
+    _answer_and_queue(run, request, value, user=user, actor=actor, door=door)
     return run
 
 
@@ -222,7 +227,13 @@ def _no_value_to_continue(value: Any) -> None:
 
 
 def _answer_and_queue(
-    run: Run, request: InputRequest, value: Any, *, user: UserLike, actor: str, via: str = ""
+    run: Run,
+    request: InputRequest,
+    value: Any,
+    *,
+    user: UserLike,
+    actor: str,
+    door: dict[str, str],
 ) -> None:
     """Record the answer (or the continuation of a pause) and queue the new attempt that
     resumes from the checkpoint the request was asked on, with its events, in one write."""
@@ -242,7 +253,7 @@ def _answer_and_queue(
                     "kind": request.kind,
                     "answer": value,
                     **answered_payload(request, value),
-                    **({"via": via} if via else {}),
+                    **door,
                 },
             )
         run.status = next_status(run.status, "resume")
@@ -261,6 +272,7 @@ def _answer_and_queue(
             "attempt_id": attempt.id,
             "request_id": request.id,
             "checkpoint_id": request.checkpoint_id,
+            **door,
         }
         if request.kind == RequestKind.PAUSE:
             paused_seconds = round((now - request.created_at).total_seconds(), 3)
@@ -280,11 +292,19 @@ def _answer_and_queue(
 @measured("cancel")
 @joinable
 def run_cancel(
-    *, run_id: str, user: UserLike = None, actor: str | None = None, reason: str = ""
+    *,
+    run_id: str,
+    user: UserLike = None,
+    actor: str | None = None,
+    reason: str = "",
+    via: str = "",
+    identity: str = "",
 ) -> Run:
     """Cancel the goal. ``cancel_epoch`` moves first so that nothing a worker sends
     after this commit can change the run; a live lease makes it ``cancel_requested``
-    until the worker acknowledges or its lease runs out."""
+    until the worker acknowledges or its lease runs out. ``via`` and ``identity``: how
+    (``runs/audit.py``)."""
+    door = how(via=via, identity=identity)
     if not isinstance(reason, str) or len(reason) > 2000:
         raise HoldpointError("invalid_input", "reason must be text of at most 2,000 characters.")
     run = lock_run(run_id)
@@ -310,7 +330,12 @@ def run_cancel(
             run,
             EventType.RUN_CANCEL_REQUESTED,
             actor,
-            {"cancel_epoch": run.cancel_epoch, "reason": reason, "lease_live": lease_live},
+            {
+                "cancel_epoch": run.cancel_epoch,
+                "reason": reason,
+                "lease_live": lease_live,
+                **door,
+            },
         )
         clear_pause_request(run)  # cancel always wins over a pause
         if lease_live:
@@ -341,7 +366,9 @@ def run_cancel(
             run.failure_class = FailureClass.CANCELLED
             run.finished_at = now
             run.not_before = None
-            append_event(run, EventType.RUN_CANCELLED, actor, {"cancel_epoch": run.cancel_epoch})
+            append_event(
+                run, EventType.RUN_CANCELLED, actor, {"cancel_epoch": run.cancel_epoch, **door}
+            )
         # Events, attempt, run and the worker's wake-up in one statement.
         write_run(run, attempt=changed_attempt, notify=notify)
     return run
@@ -356,9 +383,13 @@ def run_retry(
     from_checkpoint_id: str | None = None,
     user: UserLike = None,
     actor: str | None = None,
+    via: str = "",
+    identity: str = "",
 ) -> Run:
     """Try a failed or cancelled run again from a checkpoint, in a new attempt. The old
-    attempts keep their errors, costs and history."""
+    attempts keep their errors, costs and history. ``via`` and ``identity``: how
+    (``runs/audit.py``)."""
+    door = how(via=via, identity=identity)
     if not isinstance(reason, str) or not reason.strip() or len(reason) > 2000:
         raise HoldpointError("invalid_input", "A retry needs a reason (1 to 2,000 characters).")
     run = lock_run(run_id)
@@ -405,6 +436,7 @@ def run_retry(
                 "attempt_id": attempt.id,
                 "from_checkpoint": checkpoint.id if checkpoint else None,
                 "reason": reason,
+                **door,
             },
         )
         # The new attempt, its event, the run and the workers' wake-up in one statement.

@@ -23,6 +23,7 @@ from django.utils import timezone
 from runs import db
 from runs.agents import agent_spec, approval_policy_for
 from runs.approvals import check_editable, preapproval_stands, why_not_preapprove
+from runs.audit import how
 from runs.db import db_now, postgresql, row_now, with_db_now
 from runs.errors import HoldpointError
 from runs.events import EventType, append_event, batched_events, work_notice
@@ -136,6 +137,8 @@ def run_start(
     actor: str | None = None,
     approvals: list[str] | None = None,
     pause_before: list[str] | None = None,
+    via: str = "",
+    identity: str = "",
 ) -> Run:
     """Create a run of a known agent with a validated input and queue its first attempt.
 
@@ -146,8 +149,10 @@ def run_start(
     ``preapproval_not_permitted`` with the reason, and nothing is created. The approval
     is recorded as that person's (event ``run.approved_at_start``; the ledger names them
     as the approver of what the step then does). ``pause_before`` names steps before
-    which the run pauses every time it reaches them.
+    which the run pauses every time it reaches them. ``via`` and ``identity``: how it
+    was started (``runs/audit.py``), on ``run.created`` and ``run.approved_at_start``.
     """
+    door = how(via=via, identity=identity)
     spec = agent_spec(agent)
     if spec.input_schema:
         validate_value(compile_schema(spec.input_schema), input, what="input")
@@ -192,6 +197,7 @@ def run_start(
         "agent": spec.name,
         "approvals": run.approvals,
         "approved_by": approved_by,
+        **door,
     }
     if run.pause_before:
         created["pause_before"] = run.pause_before
@@ -202,7 +208,7 @@ def run_start(
                 run,
                 EventType.RUN_APPROVED_AT_START,
                 actor_for(user),
-                {"steps": steps, "by": approved_by},
+                {"steps": steps, "by": approved_by, **door},
             )
         attempt = queue_attempt(
             run,

@@ -18,6 +18,7 @@ from django.db import transaction
 from django.utils.translation import gettext
 
 from runs.agents import agent_spec
+from runs.audit import how
 from runs.db import db_now
 from runs.errors import HoldpointError
 from runs.events import (
@@ -75,6 +76,8 @@ def run_pause(
     user: UserLike = None,
     actor: str | None = None,
     expires_in: float | None = None,
+    via: str = "",
+    identity: str = "",
 ) -> Run:
     """Ask the run to stop for a while. A durable command, like cancel.
 
@@ -82,7 +85,9 @@ def run_pause(
     ``pause_requested``, and the worker is told at once (NOTIFY, the in-process signal,
     then every heartbeat and checkpoint answer); it stops at its next step boundary.
     A run waiting for a person, cancelling or finished is refused ``invalid_state``.
+    ``via`` and ``identity``: how it was asked (``runs/audit.py``), on ``run.pause_requested``.
     """
+    door = how(via=via, identity=identity)
     reason = _reason(reason)
     if expires_in is not None and (
         isinstance(expires_in, bool)
@@ -128,7 +133,7 @@ def run_pause(
         run,
         EventType.RUN_PAUSE_REQUESTED,
         actor,
-        {"reason": reason, "lease_live": lease_live, "from_status": run.status},
+        {"reason": reason, "lease_live": lease_live, "from_status": run.status, **door},
     )
     if lease_live:
         assert attempt is not None
@@ -183,16 +188,24 @@ def _ensure_gate_row(agent: str) -> None:
 
 @measured("agent_pause")
 def agent_pause(
-    *, agent: str, reason: str, user: UserLike = None, actor: str | None = None
+    *,
+    agent: str,
+    reason: str,
+    user: UserLike = None,
+    actor: str | None = None,
+    via: str = "",
+    identity: str = "",
 ) -> AgentGate:
     """Close the agent's gate: nothing of it is claimed; every running attempt is told at
-    once and stops at its next step boundary (its run waits ``queued``, held)."""
+    once and stops at its next step boundary (its run waits ``queued``, held). ``via``
+    and ``identity``: how (``runs/audit.py``), on each run's ``agent.paused``."""
+    door = how(via=via, identity=identity)
     name = _agent_name(agent)
     reason = _reason(reason)
     actor = actor or actor_for(user)
     _ensure_gate_row(name)
     gate = _agent_pause(name, reason, user=user, actor=actor)
-    _tell_runs(name, EventType.AGENT_PAUSED, actor, {"agent": name, "reason": reason})
+    _tell_runs(name, EventType.AGENT_PAUSED, actor, {"agent": name, "reason": reason, **door})
     return gate
 
 
@@ -226,16 +239,29 @@ def _agent_pause(name: str, reason: str, *, user: UserLike, actor: str) -> Agent
 
 @measured("agent_unpause")
 def agent_unpause(
-    *, agent: str, reason: str = "", user: UserLike = None, actor: str | None = None
+    *,
+    agent: str,
+    reason: str = "",
+    user: UserLike = None,
+    actor: str | None = None,
+    via: str = "",
+    identity: str = "",
 ) -> AgentGate:
-    """Reopen the agent's gate: its held and queued runs go on by themselves, soonest first."""
+    """Reopen the agent's gate: its held and queued runs go on by themselves, soonest first.
+    ``via`` and ``identity``: how (``runs/audit.py``), on each run's ``agent.unpaused``."""
+    door = how(via=via, identity=identity)
     name = _agent_name(agent)
     if not isinstance(reason, str) or len(reason) > MAX_REASON:
         raise HoldpointError("invalid_input", "reason must be text of at most 2,000 characters.")
     actor = actor or actor_for(user)
     _ensure_gate_row(name)
     gate = _agent_unpause(name, actor=actor)
-    _tell_runs(name, EventType.AGENT_UNPAUSED, actor, {"agent": name, "reason": reason.strip()})
+    _tell_runs(
+        name,
+        EventType.AGENT_UNPAUSED,
+        actor,
+        {"agent": name, "reason": reason.strip(), **door},
+    )
     return gate
 
 

@@ -107,8 +107,9 @@ def test_it_finds_no_server_error_in_the_control_api(
         # Declaring an agent is a worker's operation (tests/api/test_worker_protocol.py).
         and result.ok().label != "PUT /api/agents/{name}"
     ]
-    # The control API of runs (11, and 3 to pause a run or an agent) and of the ledger (6).
-    assert len(operations) == 20
+    # The control API of runs (11, and 3 to pause a run or an agent), of the ledger (6) and
+    # the audit trail (1).
+    assert len(operations) == 21
     skipped = []
     statuses: dict[str, set[int]] = {}
     for operation in operations:

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +24,7 @@ from django.core.management import CommandError, call_command
 from django.db import connections
 from django.test import Client
 from django.utils import timezone
+from rest_framework.authtoken.models import Token
 
 from ledger.models import SideEffect
 from ledger.services import action_hash
@@ -166,7 +168,14 @@ def test_it_records_a_pre_approval_as_the_approvers_and_names_them_in_the_report
     approved = [e for e in events if e["type"] == "run.approved_at_start"]
     assert len(approved) == 1
     assert approved[0]["actor"] == "user:ada"
-    assert approved[0]["payload"] == {"steps": ["notify.email"], "by": "ada"}
+    key = Token.objects.get(user=ada).key
+    assert approved[0]["payload"] == {
+        "steps": ["notify.email"],
+        "by": "ada",
+        # How, and with which credential (the audit trail): ada's token, never its key.
+        "via": "api",
+        "identity": "token:" + hashlib.sha256(key.encode()).hexdigest()[:12],
+    }
 
     worker = worker_client("w-pre")
     lease = claim(worker)

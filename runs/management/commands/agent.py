@@ -38,6 +38,7 @@ from runs.agents import (
     python_agent_specs,
 )
 from runs.approvals import parse_policy
+from runs.audit import CLI, shell_identity
 from runs.errors import HoldpointError
 from runs.migrated import require_migrated
 from runs.models import AgentApprovalPolicy, DeclaredAgent
@@ -122,9 +123,13 @@ class Command(BaseCommand):
     def _gate(self, action: str, name: str, reason: str) -> None:
         try:
             if action == "pause":
-                agent_pause(agent=name, reason=reason, actor="cli")
+                agent_pause(
+                    agent=name, reason=reason, actor="cli", via=CLI, identity=shell_identity()
+                )
             else:
-                agent_unpause(agent=name, reason=reason, actor="cli")
+                agent_unpause(
+                    agent=name, reason=reason, actor="cli", via=CLI, identity=shell_identity()
+                )
         except HoldpointError as exc:
             raise CommandError(f"{exc.code}: {exc.detail}") from None
         row = agent_overview(name) or {}

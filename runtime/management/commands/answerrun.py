@@ -12,6 +12,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from runs.audit import CLI, shell_identity
 from runs.errors import HoldpointError
 from runs.migrated import require_migrated
 from runs.models import Run
@@ -51,6 +52,8 @@ class Command(BaseCommand):
                 value=value,
                 user=user,
                 actor=None if user else "cli",
+                via=CLI,
+                identity=shell_identity(),
             )
         except HoldpointError as exc:
             raise CommandError(f"{exc.code}: {exc.detail} {exc.extra or ''}".strip()) from exc

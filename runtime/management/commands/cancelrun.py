@@ -9,6 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from runs.audit import CLI, shell_identity
 from runs.errors import HoldpointError
 from runs.migrated import require_migrated
 from runs.services import run_cancel
@@ -32,6 +33,8 @@ class Command(BaseCommand):
                 user=user,
                 actor=None if user else "cli",
                 reason=options["reason"],
+                via=CLI,
+                identity=shell_identity(),
             )
         except HoldpointError as exc:
             raise CommandError(f"{exc.code}: {exc.detail}") from exc

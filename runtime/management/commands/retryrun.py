@@ -11,6 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from runs.audit import CLI, shell_identity
 from runs.errors import HoldpointError
 from runs.migrated import require_migrated
 from runs.services import run_retry
@@ -41,6 +42,8 @@ class Command(BaseCommand):
                 from_checkpoint_id=options["checkpoint_id"],
                 user=user,
                 actor=None if user else "cli",
+                via=CLI,
+                identity=shell_identity(),
             )
         except HoldpointError as exc:
             raise CommandError(f"{exc.code}: {exc.detail}") from exc

@@ -13,6 +13,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from runs.audit import CLI, shell_identity
 from runs.errors import HoldpointError
 from runs.migrated import require_migrated
 from runs.services import run_start
@@ -77,6 +78,8 @@ class Command(BaseCommand):
                 actor=None if user else "cli",
                 approvals=options["approve"] or None,
                 pause_before=options["pause_before"] or None,
+                via=CLI,
+                identity=shell_identity(),
             )
         except HoldpointError as exc:
             raise CommandError(f"{exc.code}: {exc.detail} {exc.extra or ''}".strip()) from exc

@@ -202,3 +202,68 @@ def env_group_channels(name: str) -> dict[str, str]:
             )
         found[group] = channel
     return found
+
+
+def env_oidc_issuer(name: str) -> str:
+    """An OpenID Connect issuer: an https URL without query or fragment, kept exactly as
+    written (it must equal the ``iss`` of the provider's ID tokens, trailing slash and all);
+    http only for a loopback host (a provider on the same machine, the tests)."""
+    issuer = os.environ.get(name, "").strip()
+    if not issuer:
+        return ""
+    parts = urlsplit(issuer)
+    loopback = parts.hostname in {"localhost", "127.0.0.1", "::1"}
+    if (
+        parts.scheme not in {"https", "http"}
+        or (parts.scheme == "http" and not loopback)
+        or not parts.hostname
+        or parts.query
+        or parts.fragment
+    ):
+        raise ImproperlyConfigured(
+            f"{name}={issuer!r} must be the provider's issuer URL, https://… "
+            "(e.g. https://login.example.com/realms/staff), exactly as its ID tokens say it."
+        )
+    return issuer
+
+
+def env_group_map(name: str) -> dict[str, list[str]]:
+    """Claim value -> Holdpoint groups: a JSON object (``{"hp-ops": "operator",
+    "cn=Fin,ou=g": ["approver", "finance"]}``), or comma-separated ``value=group`` pairs
+    (split at the last ``=``; a value may repeat to give several groups)."""
+    import json
+
+    raw = os.environ.get(name, "").strip()
+    found: dict[str, list[str]] = {}
+    if not raw:
+        return found
+    pairs: list[tuple[str, object]] = []
+    if raw.startswith("{"):
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            raise ImproperlyConfigured(f"{name} is not JSON.") from None
+        if not isinstance(value, dict):
+            raise ImproperlyConfigured(f'{name} must be a JSON object: {{"claim value": "group"}}.')
+        for claim, groups in value.items():
+            for group in groups if isinstance(groups, list) else [groups]:
+                pairs.append((str(claim), group))
+    else:
+        for entry in raw.split(","):
+            if not entry.strip():
+                continue
+            claim, sep, group = entry.rpartition("=")
+            if not sep:
+                raise ImproperlyConfigured(
+                    f"{name}: {entry.strip()!r} is not value=group; use e.g. hp-approvers=approver."
+                )
+            pairs.append((claim.strip(), group.strip()))
+    for claim, group in pairs:
+        if not claim or not isinstance(group, str) or not group.strip() or len(group) > 150:
+            raise ImproperlyConfigured(
+                f"{name}: {claim!r} must map to a group name (1 to 150 characters)."
+            )
+        groups_of_claim = found.setdefault(claim, [])
+        if group.strip() not in groups_of_claim:
+            groups_of_claim.append(group.strip())
+    return found

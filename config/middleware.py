@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ from django_htmx.middleware import HtmxMiddleware
 from api.problems import nul_in_request
 
 API_PREFIX = "/api/"
+logger = logging.getLogger("holdpoint.oidc")
 
 
 class NulCharacter(SuspiciousOperation):
@@ -96,3 +98,72 @@ class PagesCSPMiddleware(_PagesOnly, CSPMiddleware):
 
 class PagesHtmxMiddleware(_PagesOnly, HtmxMiddleware):
     pass
+
+
+class OidcSessionRefreshMiddleware:
+    """Confirm a session signed in through the company's identity provider with it again
+    once ``HOLDPOINT_OIDC_REFRESH_SECONDS`` have passed (docs/security.md, "Company
+    sign-in"): the provider then sends fresh claims, and the groups they map to are
+    recomputed, so a group removed there is gone here at the latest by then.
+
+    mozilla-django-oidc's ``SessionRefresh`` does this for GET requests only and lets
+    everything else through on the old claims. Here nothing goes through on them: a page
+    (GET, not htmx) goes to the provider silently (``prompt=none``) and comes back; an htmx
+    request is answered 401 with ``HX-Refresh`` (the page reloads, and so goes to the
+    provider); any other request (a form's POST, the API under this session) is refused,
+    401, and changes nothing. With the provider off, or for a session signed in with a
+    password, it does nothing.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if not settings.HOLDPOINT_OIDC_ISSUER or api_without_session(request):
+            return self.get_response(request)
+        from django.urls import reverse
+
+        from runs import oidc
+
+        exempt = {reverse("oidc-callback"), reverse("oidc-authenticate"), reverse("logout")}
+        if request.path_info in exempt or not oidc.session_due(request):
+            return self.get_response(request)
+        return self._confirm(request)
+
+    def _confirm(self, request: HttpRequest) -> HttpResponse:
+        from django.contrib.auth import logout
+        from django.shortcuts import redirect
+        from django.utils.translation import gettext as _
+
+        from runs import oidc
+
+        htmx = request.headers.get("HX-Request") == "true"
+        if request.path_info.startswith(API_PREFIX):
+            from api.problems import problem_response
+
+            return problem_response(
+                "not_authenticated",
+                _(
+                    "Your sign-in must be confirmed with the identity provider again: reload the dashboard."
+                ),
+                status=401,
+            )
+        if request.method in ("GET", "HEAD") and not htmx:
+            try:
+                return redirect(
+                    oidc.authorization_url(request, next_url=request.get_full_path(), silent=True)
+                )
+            except Exception:
+                # The provider cannot be reached (or its discovery document is wrong): sign
+                # out rather than go on trusting the old claims.
+                logger.exception("OIDC: could not reach the provider to confirm a session")
+                logout(request)
+                return redirect("login")
+        response = HttpResponse(
+            _("Your sign-in must be confirmed again. Reload the page; nothing was changed."),
+            status=401,
+            content_type="text/plain; charset=utf-8",
+        )
+        if htmx:
+            response["HX-Refresh"] = "true"
+        return response

@@ -21,10 +21,12 @@ from config.env import (
     env_destinations,
     env_float,
     env_group_channels,
+    env_group_map,
     env_group_urls,
     env_host_headers,
     env_int,
     env_list,
+    env_oidc_issuer,
     env_rate,
     env_str,
     parse_database_url,
@@ -92,6 +94,9 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "config.middleware.PagesAuthenticationMiddleware",
+    # A session signed in through the company's identity provider is confirmed with it again
+    # every HOLDPOINT_OIDC_REFRESH_SECONDS (nothing at all when sign-in through it is off).
+    "config.middleware.OidcSessionRefreshMiddleware",
     "config.middleware.PagesMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "config.middleware.PagesCSPMiddleware",
@@ -244,6 +249,62 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
+
+# --- Company sign-in (OpenID Connect; docs/security.md, "Company sign-in") -----------------------
+# Off unless HOLDPOINT_OIDC_ISSUER is set: then the login page offers "Sign in with <name>"
+# (runs/oidc.py, dashboard/views/oidc.py). The endpoints come from the issuer's discovery
+# document unless the four endpoint settings name them.
+HOLDPOINT_OIDC_ISSUER = env_oidc_issuer("HOLDPOINT_OIDC_ISSUER")
+HOLDPOINT_OIDC_CLIENT_ID = env_str("HOLDPOINT_OIDC_CLIENT_ID").strip()
+HOLDPOINT_OIDC_CLIENT_SECRET = env_str("HOLDPOINT_OIDC_CLIENT_SECRET")
+HOLDPOINT_OIDC_SCOPES = env_str("HOLDPOINT_OIDC_SCOPES", "openid email profile").strip()
+HOLDPOINT_OIDC_NAME = env_str("HOLDPOINT_OIDC_NAME", "your company account").strip()
+HOLDPOINT_OIDC_SIGN_ALGO = env_choice(
+    "HOLDPOINT_OIDC_SIGN_ALGO", "rs256", ("rs256", "rs384", "rs512", "es256", "es384", "es512")
+).upper()
+HOLDPOINT_OIDC_GROUPS_CLAIM = env_str("HOLDPOINT_OIDC_GROUPS_CLAIM", "groups").strip()
+# Claim value -> Holdpoint group (a role of runs/groups.py or an approval policy's group):
+# "hp-approvers=approver,hp-ops=operator", or a JSON object for values with , or =.
+HOLDPOINT_OIDC_GROUP_MAP = env_group_map("HOLDPOINT_OIDC_GROUP_MAP")
+# A first sign-in may take over the local account with the same e-mail only when this is on
+# and the provider says the e-mail is verified (never a staff or superuser account).
+HOLDPOINT_OIDC_LINK_BY_EMAIL = env_bool("HOLDPOINT_OIDC_LINK_BY_EMAIL", False)
+# A session signed in through the provider is confirmed with it again after this many
+# seconds (a removed group is gone then at the latest).
+HOLDPOINT_OIDC_REFRESH_SECONDS = env_int("HOLDPOINT_OIDC_REFRESH_SECONDS", 900, minimum=30)
+HOLDPOINT_OIDC_TIMEOUT = env_float("HOLDPOINT_OIDC_TIMEOUT", 10.0, minimum=0.5)
+HOLDPOINT_OIDC_AUTHORIZATION_ENDPOINT = env_str("HOLDPOINT_OIDC_AUTHORIZATION_ENDPOINT").strip()
+HOLDPOINT_OIDC_TOKEN_ENDPOINT = env_str("HOLDPOINT_OIDC_TOKEN_ENDPOINT").strip()
+HOLDPOINT_OIDC_USERINFO_ENDPOINT = env_str("HOLDPOINT_OIDC_USERINFO_ENDPOINT").strip()
+HOLDPOINT_OIDC_JWKS_URI = env_str("HOLDPOINT_OIDC_JWKS_URI").strip()
+# 0: no password sign-in anywhere (the login page, the admin's): the provider only.
+HOLDPOINT_PASSWORD_LOGIN = env_bool("HOLDPOINT_PASSWORD_LOGIN", True)
+if HOLDPOINT_OIDC_ISSUER:
+    if not HOLDPOINT_OIDC_CLIENT_ID or not HOLDPOINT_OIDC_CLIENT_SECRET:
+        raise ImproperlyConfigured(
+            "HOLDPOINT_OIDC_ISSUER needs HOLDPOINT_OIDC_CLIENT_ID and HOLDPOINT_OIDC_CLIENT_SECRET "
+            "(the client registered for Holdpoint at the identity provider)."
+        )
+    if "openid" not in HOLDPOINT_OIDC_SCOPES.split():
+        raise ImproperlyConfigured(
+            f"HOLDPOINT_OIDC_SCOPES={HOLDPOINT_OIDC_SCOPES!r} must include openid."
+        )
+    AUTHENTICATION_BACKENDS = [
+        *(AUTHENTICATION_BACKENDS if HOLDPOINT_PASSWORD_LOGIN else []),
+        "runs.oidc.OidcBackend",
+    ]
+elif not HOLDPOINT_PASSWORD_LOGIN:
+    raise ImproperlyConfigured(
+        "HOLDPOINT_PASSWORD_LOGIN=0 needs HOLDPOINT_OIDC_ISSUER: nobody could sign in."
+    )
+# mozilla-django-oidc's own settings that Holdpoint does not vary (runs/oidc.py maps its
+# names for the settings above to ours, and reads the endpoints lazily).
+OIDC_USE_NONCE = True
+OIDC_USE_PKCE = True
+OIDC_AUTHENTICATION_CALLBACK_URL = "oidc-callback"
+OIDC_MAX_STATES = 10
+OIDC_STORE_ACCESS_TOKEN = False
+OIDC_STORE_ID_TOKEN = False
 
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]

@@ -8,8 +8,11 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from config.health import healthz, metrics
+from dashboard.views.login import admin_login
 
 urlpatterns = [
+    # The admin's sign-in is Django's unless passwords are off (HOLDPOINT_PASSWORD_LOGIN=0).
+    path("admin/login/", admin_login, name="admin-login"),
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
     # Browsers ask for /favicon.ico on pages that name none (the admin, raw files).

@@ -13,6 +13,7 @@ from dashboard.views import side_effects
 from dashboard.views.act import act
 from dashboard.views.login import login
 from dashboard.views.notice import inbox_newest
+from dashboard.views.oidc import oidc_authenticate, oidc_callback
 from dashboard.views.profile import profile, slack_link_confirm, slack_unlink_view
 from dashboard.views.workers import worker_list
 
@@ -35,6 +36,9 @@ side_effect_urlpatterns: list[URLPattern | URLResolver] = [
 urlpatterns: list[URLPattern | URLResolver] = [
     path("side-effects/", include((side_effect_urlpatterns, "ledger"))),
     path("login/", login, name="login"),
+    # Company sign-in (OpenID Connect): 404 while no identity provider is configured.
+    path("oidc/authenticate/", oidc_authenticate, name="oidc-authenticate"),
+    path("oidc/callback/", oidc_callback, name="oidc-callback"),
     path("profile/", profile, name="profile"),
     # Link the Slack account that clicked (api/slack.py shows the link), or unlink it.
     path("profile/slack/unlink", slack_unlink_view, name="slack-unlink"),

@@ -64,13 +64,11 @@ def signed_in_users(scopes: Iterable[dict[str, Any]]) -> dict[str, Person | None
 
 
 def _model_backend_permissions() -> bool:
-    """Whether the one authentication backend answers permissions as ModelBackend does (it
-    may be a subclass that changes only how people sign in, like the lockout's)."""
-    backends = list(settings.AUTHENTICATION_BACKENDS)
-    if len(backends) != 1:
-        return False
-    backend = import_string(backends[0])
-    return (
+    """Whether every authentication backend answers permissions as ModelBackend does (each
+    may be a subclass that changes only how people sign in, like the lockout's and the
+    company sign-in's): then their union, which Django answers, is ModelBackend's answer."""
+    backends = [import_string(path) for path in settings.AUTHENTICATION_BACKENDS]
+    return bool(backends) and all(
         isinstance(backend, type)
         and issubclass(backend, ModelBackend)
         and all(
@@ -83,6 +81,7 @@ def _model_backend_permissions() -> bool:
                 "_get_permissions",
             )
         )
+        for backend in backends
     )
 
 

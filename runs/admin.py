@@ -18,6 +18,7 @@ from runs.models import (
     DeclaredAgent,
     IdempotencyRecord,
     InputRequest,
+    OidcIdentity,
     Run,
     RunEvent,
     WorkerToken,
@@ -166,3 +167,15 @@ class IdempotencyRecordAdmin(ReadOnlyAdmin):
     list_filter = ["state", "method"]
     search_fields = ["principal", "key", "path"]
     exclude = ["response_body"]
+
+
+@admin.register(OidcIdentity)
+class OidcIdentityAdmin(admin.ModelAdmin):
+    """Who signs in as whom through the company's identity provider. An administrator links
+    an existing account here (the issuer and the person's ``sub`` there); the groups the
+    mapping manages are set at that person's next sign-in (docs/security.md)."""
+
+    list_display = ("user", "subject", "issuer", "last_sign_in_at")
+    search_fields = ("user__username", "user__email", "subject")
+    readonly_fields = ("created_at", "last_sign_in_at", "mapped_groups")
+    raw_id_fields = ("user",)

@@ -742,3 +742,34 @@ class SlackIdentity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.slack_user_id}@{self.team_id}"
+
+
+class OidcIdentity(models.Model):
+    """The account a person signs in with at the company's identity provider
+    (docs/security.md, "Company sign-in"): the provider's ``iss`` and ``sub``, which never
+    change for one person there. A person is found by these two, never by e-mail alone;
+    ``runs.services.accounts.oidc_sign_in`` creates the row at a first sign-in, or links an
+    existing account under the linking rule. An administrator may link one by hand here.
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="oidc_identity"
+    )
+    issuer = models.CharField(max_length=255)
+    # OpenID Connect Core 1.0 §2: at most 255 ASCII characters.
+    subject = models.CharField(max_length=255)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_sign_in_at = models.DateTimeField(null=True, blank=True)
+    # The groups the mapping gave at the last sign-in (for the admin and the log; the
+    # memberships themselves are Django's).
+    mapped_groups = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["issuer", "subject"], name="oidc_identity_iss_sub")
+        ]
+        verbose_name = "OpenID Connect identity"
+        verbose_name_plural = "OpenID Connect identities"
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer}"

@@ -18,7 +18,7 @@ from rest_framework.request import Request
 
 from api.problems import CONTENT_TYPE
 from api.serializers import ProblemSerializer
-from runs.audit import SESSION
+from runs.audit import session_identity
 from runs.errors import ERROR_STATUS, HoldpointError
 from runs.selectors import permission_denied_text
 
@@ -40,7 +40,7 @@ BODY_CODES = ("malformed_request", "payload_too_large", "unsupported_media_type"
 
 def api_identity(request: Request) -> str:
     """The credential a control-API request was made with, for the audit trail
-    (``runs/audit.py``): ``session`` for a browser session, ``token:<fingerprint>`` for a DRF
+    (``runs/audit.py``): the session's sign-in for a browser session (``session:oidc``, ``session:password``), ``token:<fingerprint>`` for a DRF
     token. A DRF token's key is its only id and a secret, so it is named by the first 12
     hex digits of its SHA-256 (``printf %s KEY | sha256sum`` finds it). Any other
     authenticator is named by its class, so a new one is never recorded as nothing."""
@@ -49,7 +49,7 @@ def api_identity(request: Request) -> str:
         fingerprint = hashlib.sha256(request.auth.key.encode()).hexdigest()[:12]
         return f"token:{fingerprint}"
     if isinstance(authenticator, SessionAuthentication):
-        return SESSION
+        return session_identity(request.session)
     return type(authenticator).__name__ if authenticator is not None else ""
 
 

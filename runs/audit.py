@@ -6,9 +6,10 @@ answer, approve, cancel, retry, pause, continue, an agent's pause and unpause) t
 payloads of the events it writes through ``how``: the one place that says what the two
 members are. ``via`` is the door:
 
-- ``dashboard``: a form of the web pages (identity ``session``);
-- ``api``: the control API (identity ``session``, or ``token:<fingerprint>`` for a DRF
-  token, ``api.base.api_identity``);
+- ``dashboard``: a form of the web pages (identity ``session:oidc`` or
+  ``session:password``: how the session was signed in, ``session_identity``);
+- ``api``: the control API (the session's identity as above, or ``token:<fingerprint>`` for
+  a DRF token, ``api.base.api_identity``);
 - ``email``: a signed link in a notification e-mail (identity ``email-link``; the link's
   nonce is on the vote, ``ApprovalVote.link``);
 - ``slack``: a Slack message's buttons or modals (identity ``slack:<team>/<user>``, the
@@ -73,6 +74,21 @@ def how(*, via: str = "", identity: str = "") -> dict[str, str]:
     if identity:
         members["identity"] = identity[:IDENTITY_MAX_LENGTH]
     return members
+
+
+# The sign-in a browser session was opened with, by Django's record of the backend that
+# authenticated it (``_auth_user_backend``): the company's identity provider or a password.
+SESSION_SIGN_INS = {
+    "runs.oidc.OidcBackend": "session:oidc",
+    "runs.ratelimit.LockoutModelBackend": "session:password",
+}
+
+
+def session_identity(session: object) -> str:
+    """The identity of a browser session (``session:oidc``, ``session:password``), or
+    ``session`` when the session does not say how it was opened."""
+    backend = getattr(session, "get", lambda _key: None)("_auth_user_backend")
+    return SESSION_SIGN_INS.get(str(backend), SESSION)
 
 
 def shell_identity() -> str:

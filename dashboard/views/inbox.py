@@ -34,7 +34,7 @@ from dashboard.present import describe_action, request_outcome_text
 from dashboard.views.runs import render_run_main, render_run_page
 from runs import services
 from runs.approvals import approvals_needed
-from runs.audit import DASHBOARD, SESSION
+from runs.audit import DASHBOARD, session_identity
 from runs.models import InputRequest
 from runs.selectors import permission_for_request_kind, request_get_for_user
 from runs.states import RequestKind, RequestStatus
@@ -157,7 +157,7 @@ def request_answer(request: HtmxHttpRequest, run_id: str, request_id: str) -> Ht
             value=value,
             user=request.user,
             via=DASHBOARD,
-            identity=SESSION,
+            identity=session_identity(request.session),
         )
         return {"run_status": run.status}
 

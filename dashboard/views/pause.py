@@ -31,7 +31,7 @@ from dashboard.present import actor_name, clock
 from dashboard.views.runs import _invalid_run_form, _out_of_date, _run_reply
 from runs import services
 from runs.access import Actor
-from runs.audit import DASHBOARD, SESSION
+from runs.audit import DASHBOARD, session_identity
 from runs.selectors import (
     CANCEL,
     PAUSE_AGENT,
@@ -68,7 +68,7 @@ def run_pause(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
             reason=data["reason"],
             user=request.user,
             via=DASHBOARD,
-            identity=SESSION,
+            identity=session_identity(request.session),
         )
         return {"run_status": paused.status}
 
@@ -111,7 +111,7 @@ def run_continue(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
             value=None,
             user=request.user,
             via=DASHBOARD,
-            identity=SESSION,
+            identity=session_identity(request.session),
         )
         return {"run_status": continued.status}
 
@@ -203,7 +203,11 @@ def agent_gate(request: HtmxHttpRequest, name: str, action: str) -> HttpResponse
     def call(data: dict[str, Any]) -> dict[str, Any]:
         if action == "pause":
             services.agent_pause(
-                agent=name, reason=reason, user=request.user, via=DASHBOARD, identity=SESSION
+                agent=name,
+                reason=reason,
+                user=request.user,
+                via=DASHBOARD,
+                identity=session_identity(request.session),
             )
         else:
             services.agent_unpause(
@@ -211,7 +215,7 @@ def agent_gate(request: HtmxHttpRequest, name: str, action: str) -> HttpResponse
                 reason=reason[:MAX_REASON],
                 user=request.user,
                 via=DASHBOARD,
-                identity=SESSION,
+                identity=session_identity(request.session),
             )
         return {}
 

@@ -27,7 +27,7 @@ from dashboard.forms import CancelForm, RetryForm
 from dashboard.pages.runs import run_context, run_list_context, timeline_rows
 from dashboard.present import TIMELINE_FILTERS, actor_name, clock, run_status_text
 from runs import services
-from runs.audit import DASHBOARD, SESSION
+from runs.audit import DASHBOARD, session_identity
 from runs.events import EventType
 from runs.models import Attempt, Checkpoint, Run, RunEvent
 from runs.selectors import CANCEL, RETRY, run_get_for_user, runs_for_user
@@ -154,7 +154,7 @@ def run_cancel(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
             user=request.user,
             reason=data["reason"],
             via=DASHBOARD,
-            identity=SESSION,
+            identity=session_identity(request.session),
         )
         return {"run_status": cancelled.status}
 
@@ -203,7 +203,7 @@ def run_retry(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
             from_checkpoint_id=data.get("from_checkpoint") or None,
             user=request.user,
             via=DASHBOARD,
-            identity=SESSION,
+            identity=session_identity(request.session),
         )
         attempt = Attempt.objects.get(pk=retried.current_attempt_id)
         checkpoint = attempt.resume_from

@@ -26,7 +26,7 @@ from dashboard.schema_forms import SchemaForm
 from runs import services
 from runs.agents import AgentSpec, all_agent_specs, approval_policy_for
 from runs.approvals import why_not_preapprove
-from runs.audit import DASHBOARD, SESSION
+from runs.audit import DASHBOARD, session_identity
 from runs.errors import HoldpointError
 from runs.schemas import compile_schema
 from runs.selectors import APPROVE, START
@@ -97,7 +97,7 @@ def run_start(request: HtmxHttpRequest) -> HttpResponse:
             user=request.user,
             approvals=approvals or None,
             via=DASHBOARD,
-            identity=SESSION,
+            identity=session_identity(request.session),
         )
         return {"run_id": run.id}
 

@@ -91,7 +91,10 @@ def test_the_api_records_the_token_and_the_session(admin_user: User) -> None:
         "api",
         fingerprint(admin_user),
     )
-    assert (found[session_run.id]["via"], found[session_run.id]["identity"]) == ("api", "session")
+    assert (found[session_run.id]["via"], found[session_run.id]["identity"]) == (
+        "api",
+        "session:password",
+    )
     # The key itself (a secret) is nowhere in the trail.
     key = Token.objects.get(user=admin_user).key
     assert key not in str(list(RunEvent.objects.values_list("payload", flat=True)))
@@ -106,7 +109,11 @@ def test_a_dashboard_post_records_the_session(admin_user: User) -> None:
     )
     assert response.status_code in (302, 303), response.status_code
     [row] = rows(client_for(admin_user), run=run.id, type="run.cancel_requested")
-    assert (row["via"], row["identity"], row["actor"]) == ("dashboard", "session", "user:ada")
+    assert (row["via"], row["identity"], row["actor"]) == (
+        "dashboard",
+        "session:password",
+        "user:ada",
+    )
     assert (row["summary"], row["comment"]) == ("cancel", "x")
 
 

@@ -389,3 +389,35 @@ def test_it_signs_out_a_person_the_provider_no_longer_signs_in(
     assert final.status_code == 403
     assert "did not sign you in" in final.text
     assert not signed_in(browser)
+
+
+def test_a_decision_made_in_an_oidc_session_says_so_in_the_audit_trail(
+    oidc: Provider, browser_factory: Any
+) -> None:
+    """The audit trail's identity of a dashboard decision is the session's sign-in: the
+    company's provider here (``session:oidc``), a password elsewhere (``session:password``)."""
+    from runs.models import RunEvent
+    from tests.runs.factory import start
+
+    oidc.user("olga", groups=["hp-operators"])
+    browser = browser_factory()
+    browser.sign_in("olga")
+    run = start()
+    browser.get(f"/runs/{run.id}/")
+    csrf = str(browser.session.cookies.get("csrftoken"))
+    cancel = browser.post(
+        f"/runs/{run.id}/cancel",
+        {
+            "csrfmiddlewaretoken": csrf,
+            "idempotency_key": "oidc-cancel-1",
+            "run_id": run.id,
+            "reason": "signed in at the provider",
+        },
+    )
+    assert cancel.status_code in (302, 303), cancel.text[:300]
+    event = RunEvent.objects.get(run_id=run.id, type="run.cancel_requested")
+    assert (event.actor, event.payload["via"], event.payload["identity"]) == (
+        "user:olga",
+        "dashboard",
+        "session:oidc",
+    )

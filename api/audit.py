@@ -109,8 +109,9 @@ class AuditRowSerializer(serializers.Serializer):
         "and for events recorded before doors were."
     )
     identity = serializers.CharField(
-        help_text="The credential: `session`, `token:<12 hex digits of the key's SHA-256>`, "
-        "`email-link`, `shell:<account>`; empty when `via` is."
+        help_text="The credential: `session:oidc` or `session:password` (how the browser "
+        "session was signed in), `token:<12 hex digits of the key's SHA-256>`, "
+        "`email-link`, `slack:<team>/<user>`, `shell:<account>`; empty when `via` is."
     )
     request_id = serializers.CharField(allow_null=True)
     decision = serializers.CharField(

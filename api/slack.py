@@ -142,10 +142,10 @@ def _person(account: SlackAccount, channel: str) -> Any:
     """The person the clicker is, or None after telling them (ephemerally) how to link."""
     person = slack_person(account)
     if person is None and settings.HOLDPOINT_SLACK_LINK_BY_EMAIL:
-        info = slack.api("users.info", {"user": account.user_id})
-        profile = (info.get("user") or {}).get("profile") or {}
-        confirmed = (info.get("user") or {}).get("is_email_confirmed", True)
-        found = person_by_email(profile.get("email")) if confirmed else None
+        user = obj(slack.api("users.info", {"user": account.user_id}).get("user"))
+        # Only an address Slack says the person confirmed; anything else links nobody.
+        confirmed = user.get("is_email_confirmed") is True
+        found = person_by_email(obj(user.get("profile")).get("email")) if confirmed else None
         if found is not None:
             try:
                 slack_link(user=found, account=account, how="email")

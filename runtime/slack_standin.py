@@ -55,6 +55,8 @@ class Workspace:
     signing_secret: str = SIGNING_SECRET
     holdpoint: str = "http://127.0.0.1:8000"
     users: dict[str, str] = field(default_factory=lambda: dict(DEMO_USERS))
+    # Users whose address Slack has not confirmed (``users.info`` says so).
+    unconfirmed: set[str] = field(default_factory=set)
     messages: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     ephemeral: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     views: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -146,7 +148,7 @@ class Workspace:
             "user": {
                 "id": user,
                 "team_id": TEAM,
-                "is_email_confirmed": True,
+                "is_email_confirmed": user not in self.unconfirmed,
                 "profile": {"email": self.users[user]},
             },
         }

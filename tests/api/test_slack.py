@@ -238,6 +238,20 @@ def test_linking_by_a_confirmed_email_when_an_administrator_allows_it(
     assert InputRequest.objects.get(pk=req.id).answered_by == approver
 
 
+def test_an_address_slack_has_not_confirmed_links_nobody(space: Workspace, settings: Any) -> None:
+    settings.HOLDPOINT_SLACK_LINK_BY_EMAIL = True
+    approver = _user("approver", "approver")
+    approver.email = "approver@example.com"
+    approver.save()
+    space.unconfirmed.add("U0APPROVER")
+    req = approval()
+    notifications_send()
+    space.click("U0APPROVER", "C0APPROVERS", posted(space, "C0APPROVERS")["ts"], "hp:approve")
+    assert not SlackIdentity.objects.exists()
+    assert "not linked" in ephemerals(space, "U0APPROVER")[0]
+    assert InputRequest.objects.get(pk=req.id).status == "pending"
+
+
 def test_someone_who_may_not_decide_is_told_why_privately(space: Workspace) -> None:
     linked("vera", "viewer", "U0VERA")
     linked("sam", "approver", "U0SAM")

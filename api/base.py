@@ -18,9 +18,9 @@ from rest_framework.request import Request
 
 from api.problems import CONTENT_TYPE
 from api.serializers import ProblemSerializer
-from runs.audit import session_identity
 from runs.errors import ERROR_STATUS, HoldpointError
 from runs.selectors import permission_denied_text
+from runs.services import session_identity
 
 # Refusals any authenticated endpoint can give, documented on every operation (a NUL
 # character in the path or query is malformed_request wherever it is; a web process past

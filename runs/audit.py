@@ -3,11 +3,12 @@
 Every service that records a person's decision or a control operation (start, resume,
 answer, approve, cancel, retry, pause, continue, an agent's pause and unpause) takes
 ``via`` and ``identity`` keyword arguments, both "" by default, and puts them in the
-payloads of the events it writes through ``how``: the one place that says what the two
-members are. ``via`` is the door:
+payloads of the events it writes through ``runs.events.how``: the one place that says what
+the two members are, beside the events they go in. This module is their vocabulary.
+``via`` is the door:
 
 - ``dashboard``: a form of the web pages (identity ``session:oidc`` or
-  ``session:password``: how the session was signed in, ``session_identity``);
+  ``session:password``: how the session was signed in, ``runs.services.session_identity``);
 - ``api``: the control API (the session's identity as above, or ``token:<fingerprint>`` for
   a DRF token, ``api.base.api_identity``);
 - ``email``: a signed link in a notification e-mail (identity ``email-link``; the link's
@@ -59,36 +60,12 @@ AUDIT_EVENT_TYPES: tuple[str, ...] = (
 )
 
 
-def how(*, via: str = "", identity: str = "") -> dict[str, str]:
-    """The payload members that say how a decision was made: ``via`` and ``identity``,
-    each only when given. An unknown ``via`` is a programming error (``ValueError``);
-    an identity longer than 200 characters is cut there (an identity provider's subject
-    can be long, and a decision must not fail for it)."""
-    if via and via not in VIAS:
-        raise ValueError(f"unknown door {via!r}; one of {sorted(VIAS)}")
-    if not isinstance(identity, str):
-        raise ValueError("identity must be text")
-    members: dict[str, str] = {}
-    if via:
-        members["via"] = via
-    if identity:
-        members["identity"] = identity[:IDENTITY_MAX_LENGTH]
-    return members
-
-
 # The sign-in a browser session was opened with, by Django's record of the backend that
 # authenticated it (``_auth_user_backend``): the company's identity provider or a password.
 SESSION_SIGN_INS = {
     "runs.oidc.OidcBackend": "session:oidc",
     "runs.ratelimit.LockoutModelBackend": "session:password",
 }
-
-
-def session_identity(session: object) -> str:
-    """The identity of a browser session (``session:oidc``, ``session:password``), or
-    ``session`` when the session does not say how it was opened."""
-    backend = getattr(session, "get", lambda _key: None)("_auth_user_backend")
-    return SESSION_SIGN_INS.get(str(backend), SESSION)
 
 
 def shell_identity() -> str:

@@ -29,6 +29,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from runs.audit import IDENTITY_MAX_LENGTH, VIAS
 from runs.db import postgresql
 from runs.models import Run, RunEvent
 
@@ -304,3 +305,20 @@ def notify_pause(attempt_id: str) -> None:
     if postgresql():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, %s)", [PAUSE_CHANNEL, attempt_id])
+
+
+def how(*, via: str = "", identity: str = "") -> dict[str, str]:
+    """The payload members that say how a decision was made: ``via`` and ``identity``,
+    each only when given. An unknown ``via`` is a programming error (``ValueError``);
+    an identity longer than 200 characters is cut there (an identity provider's subject
+    can be long, and a decision must not fail for it)."""
+    if via and via not in VIAS:
+        raise ValueError(f"unknown door {via!r}; one of {sorted(VIAS)}")
+    if not isinstance(identity, str):
+        raise ValueError("identity must be text")
+    members: dict[str, str] = {}
+    if via:
+        members["via"] = via
+    if identity:
+        members["identity"] = identity[:IDENTITY_MAX_LENGTH]
+    return members

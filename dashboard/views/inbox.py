@@ -34,9 +34,10 @@ from dashboard.present import describe_action, request_outcome_text
 from dashboard.views.runs import render_run_main, render_run_page
 from runs import services
 from runs.approvals import approvals_needed
-from runs.audit import DASHBOARD, session_identity
+from runs.audit import DASHBOARD
 from runs.models import InputRequest
 from runs.selectors import permission_for_request_kind, request_get_for_user
+from runs.services import session_identity
 from runs.states import RequestKind, RequestStatus
 
 

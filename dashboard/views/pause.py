@@ -31,7 +31,7 @@ from dashboard.present import actor_name, clock
 from dashboard.views.runs import _invalid_run_form, _out_of_date, _run_reply
 from runs import services
 from runs.access import Actor
-from runs.audit import DASHBOARD, session_identity
+from runs.audit import DASHBOARD
 from runs.selectors import (
     CANCEL,
     PAUSE_AGENT,
@@ -42,6 +42,7 @@ from runs.selectors import (
     permission_denied_text,
     run_get_for_user,
 )
+from runs.services import session_identity
 from runs.states import RunStatus
 
 MAX_REASON = 2000

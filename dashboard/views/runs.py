@@ -27,10 +27,11 @@ from dashboard.forms import CancelForm, RetryForm
 from dashboard.pages.runs import run_context, run_list_context, timeline_rows
 from dashboard.present import TIMELINE_FILTERS, actor_name, clock, run_status_text
 from runs import services
-from runs.audit import DASHBOARD, session_identity
+from runs.audit import DASHBOARD
 from runs.events import EventType
 from runs.models import Attempt, Checkpoint, Run, RunEvent
 from runs.selectors import CANCEL, RETRY, run_get_for_user, runs_for_user
+from runs.services import session_identity
 from runs.states import RunStatus
 
 # --- Runs list --------------------------------------------------------------------------------

@@ -26,10 +26,11 @@ from dashboard.schema_forms import SchemaForm
 from runs import services
 from runs.agents import AgentSpec, all_agent_specs, approval_policy_for
 from runs.approvals import why_not_preapprove
-from runs.audit import DASHBOARD, session_identity
+from runs.audit import DASHBOARD
 from runs.errors import HoldpointError
 from runs.schemas import compile_schema
 from runs.selectors import APPROVE, START
+from runs.services import session_identity
 
 EMPTY_INPUT: dict[str, Any] = {"type": "object", "properties": {}}
 

@@ -8,6 +8,7 @@ from runs.services._base import (
     error_fingerprint,
     lock_for_worker_write,
     lock_run,
+    session_identity,
     user_or_none,
 )
 from runs.services.agents import (
@@ -92,6 +93,7 @@ __all__ = [
     "run_resume",
     "run_retry",
     "run_start",
+    "session_identity",
     "sweep_all",
     "user_or_none",
     "worker_seen",

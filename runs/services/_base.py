@@ -17,6 +17,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import connection
 
 from runs import db
+from runs.audit import SESSION, SESSION_SIGN_INS
 from runs.db import postgresql, row_now, with_db_now
 from runs.errors import HoldpointError
 from runs.events import EventType, append_event, notify_work, take_events
@@ -67,6 +68,13 @@ def actor_for(user: UserLike, fallback: str = "system") -> str:
     if user is not None and getattr(user, "is_authenticated", False):
         return f"user:{user.get_username()}"
     return fallback
+
+
+def session_identity(session: object) -> str:
+    """The identity of a browser session (``session:oidc``, ``session:password``), or
+    ``session`` when the session does not say how it was opened."""
+    backend = getattr(session, "get", lambda _key: None)("_auth_user_backend")
+    return SESSION_SIGN_INS.get(str(backend), SESSION)
 
 
 def lock_run(run_id: str) -> Run:

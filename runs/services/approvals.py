@@ -38,9 +38,8 @@ from runs.approvals import (
     standing_votes,
     why_not_decide,
 )
-from runs.audit import how
 from runs.errors import HoldpointError
-from runs.events import EventType, append_event
+from runs.events import EventType, append_event, how
 from runs.models import ApprovalVote, InputRequest, Run
 from runs.services._base import UserLike, user_or_none
 

@@ -15,10 +15,9 @@ from django.utils.translation import gettext, gettext_noop
 from runs import db
 from runs.action_links import ActionLink
 from runs.agents import agent_spec
-from runs.audit import how
 from runs.db import row_now
 from runs.errors import HoldpointError
-from runs.events import EventType, append_event, batched_events, cancel_notice, work_notice
+from runs.events import EventType, append_event, batched_events, cancel_notice, how, work_notice
 from runs.idempotency import joinable
 from runs.leases import worker_holds
 from runs.models import Attempt, Checkpoint, InputRequest, Run

@@ -23,10 +23,9 @@ from django.utils import timezone
 from runs import db
 from runs.agents import agent_spec, approval_policy_for
 from runs.approvals import check_editable, preapproval_stands, why_not_preapprove
-from runs.audit import how
 from runs.db import db_now, postgresql, row_now, with_db_now
 from runs.errors import HoldpointError
-from runs.events import EventType, append_event, batched_events, work_notice
+from runs.events import EventType, append_event, batched_events, how, work_notice
 from runs.idempotency import joinable
 from runs.models import Attempt, Checkpoint, InputRequest, Run, RunEvent, claimable_q
 from runs.schemas import APPROVAL_SCHEMA, compile_schema, too_deep, validate_value

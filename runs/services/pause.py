@@ -18,12 +18,12 @@ from django.db import transaction
 from django.utils.translation import gettext
 
 from runs.agents import agent_spec
-from runs.audit import how
 from runs.db import db_now
 from runs.errors import HoldpointError
 from runs.events import (
     EventType,
     append_event,
+    how,
     note_agent_gate_changed,
     notify_pause,
     notify_work,

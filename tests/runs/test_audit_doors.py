@@ -14,7 +14,8 @@ from django.utils import timezone
 
 from runs import services
 from runs.approvals import parse_policy
-from runs.audit import how, shell_identity
+from runs.audit import shell_identity
+from runs.events import how
 from runs.models import AgentApprovalPolicy, ApprovalVote, RunEvent
 from tests.runs.factory import AGENT, claim, epochs, interrupted, start
 

@@ -28,6 +28,7 @@ from runs.audit_log import AuditFilter, audit_events
 from runs.events import EventType
 from runs.models import RunEvent
 from tests.api.conftest import client_for, post
+from tests.api.test_pause import problem
 from tests.conftest import on_postgres
 from tests.dashboard.test_action_links import approval, confirm, links_for, person
 from tests.runs.factory import claim, epochs, interrupted, start
@@ -35,14 +36,6 @@ from tests.runs.factory import claim, epochs, interrupted, start
 pytestmark = pytest.mark.django_db
 
 URL = "/api/audit"
-
-
-def problem(response: Any, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.content
-    assert response["Content-Type"] == "application/problem+json"
-    body = response.json()
-    assert body["code"] == code, body
-    return body
 
 
 def rows(client: APIClient, **query: Any) -> list[dict[str, Any]]:

@@ -213,6 +213,12 @@ class Context:
 
     # Results of a step (safe points too) ----------------------------------------------
 
+    @property
+    def pause_requested(self) -> bool:
+        """A pause was asked for (the run's or its agent's): a step that waits may return
+        at its boundary, where the executor saves the checkpoint and releases the attempt."""
+        return self._control.pause.is_set()
+
     def next(self, step: str, state: Any = None) -> Next:
         """Go on with ``step``; ``state`` is saved in a checkpoint before it runs."""
         self.check()

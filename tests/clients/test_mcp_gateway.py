@@ -1,0 +1,247 @@
+"""The MCP gateway (``holdpoint_client.mcp_gateway``) against a live server: a real
+downstream MCP server (the SDK's ``MCPServer``, in its own process), the gateway in its own
+process, and a real MCP client session (``mcp.Client`` over Streamable HTTP).
+
+A gated call is held for approval and made once, with the approver's edit; a client that
+calls again gets the recorded result; a denial is a refusal the client reads; a gateway
+SIGKILLed between the downstream call and its outcome leaves one execution, settled by the
+downstream server's look-up (or by a person when it has none); a cancelled run makes no
+more calls."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rest_framework.authtoken.models import Token
+
+from ledger.models import SideEffect
+from runs import services
+from runs.models import Run
+from tests.clients.conftest import LEASE, answer, wait_for, wait_pending, wait_status
+from tests.mcp_support import Launcher, call, run_of, status_of, writes
+
+try:
+    import mcp  # noqa: F401
+except ImportError:  # pragma: no cover - make install installs the extra
+    if os.environ.get("CI"):
+        raise
+    pytest.skip("pip install './clients/python[mcp]'", allow_module_level=True)
+
+pytestmark = [pytest.mark.postgres, pytest.mark.process, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Path:
+    root = tmp_path / "files"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def launch(live_api, token: str, operator, tmp_path: Path, files: Path) -> Iterator[Launcher]:
+    api_token = Token.objects.create(user=operator).key
+    launcher = Launcher(tmp_path, files, live_api.url, token, api_token, LEASE)
+    yield launcher
+    launcher.stop()
+
+
+@pytest.fixture
+def downstream(launch: Launcher) -> Any:
+    return launch.downstream
+
+
+@pytest.fixture
+def gateway(launch: Launcher) -> Any:
+    return launch.gateway
+
+
+def test_a_gated_call_waits_for_approval_and_runs_once_with_the_edit(
+    downstream, gateway, approver, files: Path
+) -> None:
+    gw = gateway(downstream())
+    planned = {"path": "notes.txt", "text": "draft"}
+    first = call(gw.url, "files__write_file", planned, "s-edit")
+    assert first.is_error and status_of(first) == "pending", first
+    run = run_of("s-edit")
+    card = wait_pending(run.id, "auth_required")
+    # The card shows the exact call, editable against the tool's inputSchema.
+    assert card.action["tool"] == "files__write_file"
+    assert card.action["change"] == planned
+    assert card.action["editable"]["value"] == planned
+    assert set(card.action["editable"]["schema"]["properties"]) == {"path", "text"}
+    assert writes(files) == []
+    answer(run.id, card, {"decision": "approve", "edited": {**planned, "text": "final"}}, approver)
+
+    # The same call again joins the decided request: the approved (edited) call's result.
+    second = call(gw.url, "files__write_file", planned, "s-edit")
+    assert not second.is_error, second
+    assert second.structured_content == {"path": "notes.txt", "bytes": 5}
+    assert (files / "notes.txt").read_text() == "final"
+    third = call(gw.url, "files__write_file", planned, "s-edit")
+    assert third.structured_content == second.structured_content
+    assert [w["text"] for w in writes(files)] == ["final"]
+    [effect] = SideEffect.objects.filter(run_id=run.id)
+    assert effect.status == "confirmed" and effect.request == {**planned, "text": "final"}
+    assert effect.reversibility == "irreversible"
+    assert writes(files)[0]["key"] == effect.idempotency_key
+
+
+def test_a_denied_call_is_refused_to_the_client_and_never_made(
+    downstream, gateway, approver, files: Path
+) -> None:
+    gw = gateway(downstream())
+    planned = {"path": "x.txt", "text": "no"}
+    assert status_of(call(gw.url, "files__write_file", planned, "s-deny")) == "pending"
+    run = run_of("s-deny")
+    card = wait_pending(run.id, "auth_required")
+    answer(run.id, card, {"decision": "deny", "comment": "not that file"}, approver)
+    denied = call(gw.url, "files__write_file", planned, "s-deny")
+    assert denied.is_error and status_of(denied) == "denied", denied
+    assert "not that file" in denied.content[0].text
+    assert writes(files) == []
+
+
+def test_a_failing_tool_is_recorded_failed_and_the_client_reads_the_error(
+    downstream, gateway, approver
+) -> None:
+    gw = gateway(downstream())
+    assert status_of(call(gw.url, "files__fail", {"reason": "disk full"}, "s-fail")) == "pending"
+    run = run_of("s-fail")
+    answer(run.id, wait_pending(run.id, "auth_required"), {"decision": "approve"}, approver)
+    failed = call(gw.url, "files__fail", {"reason": "disk full"}, "s-fail")
+    assert failed.is_error and "disk full" in failed.content[0].text, failed
+    [effect] = SideEffect.objects.filter(run_id=run.id)
+    assert effect.status == "failed"
+
+
+def test_a_cancelled_run_makes_no_more_calls(downstream, gateway, operator, files: Path) -> None:
+    gw = gateway(downstream())
+    planned = {"path": "c.txt", "text": "later"}
+    assert status_of(call(gw.url, "files__write_file", planned, "s-cancel")) == "pending"
+    run = run_of("s-cancel")
+    wait_pending(run.id, "auth_required")
+    services.run_cancel(run_id=run.id, user=operator)
+    wait_status(run.id, "cancelled")
+    again = call(gw.url, "files__write_file", planned, "s-cancel")
+    assert again.is_error and status_of(again) == "cancelled", again
+    other = call(gw.url, "files__read_file", {"path": "c.txt"}, "s-cancel")
+    assert other.is_error and status_of(other) == "cancelled", other
+    assert writes(files) == []
+
+
+def _kill_mid_call(downstream, gateway, approver, files: Path, session: str, lookup: bool) -> Run:
+    """Approve a write whose downstream call lingers after writing; SIGKILL the gateway
+    while it waits for the outcome; start another gateway."""
+    down = downstream(slow_write=60)
+    gw = gateway(down, lookup=lookup)
+    planned = {"path": "k.txt", "text": "once"}
+    assert status_of(call(gw.url, "files__write_file", planned, session)) == "pending"
+    run = run_of(session)
+    answer(run.id, wait_pending(run.id, "auth_required"), {"decision": "approve"}, approver)
+    wait_for(lambda: len(writes(files)) == 1, 60, "the downstream write")
+    [effect] = SideEffect.objects.filter(run_id=run.id)
+    assert effect.status == "pending"  # the call is made, its outcome not yet recorded
+    gw.proc.send_signal(signal.SIGKILL)
+    gw.proc.wait(10)
+    gateway(down, lookup=lookup)
+
+    def swept() -> bool:
+        services.sweep_all()
+        effect.refresh_from_db()
+        return effect.status != "pending"
+
+    wait_for(swept, 90, "the next attempt to settle the write")
+    return run
+
+
+def test_a_gateway_killed_between_the_call_and_its_outcome_looks_it_up_and_never_repeats_it(
+    downstream, gateway, approver, files: Path
+) -> None:
+    run = _kill_mid_call(downstream, gateway, approver, files, "s-kill", lookup=True)
+    [effect] = SideEffect.objects.filter(run_id=run.id)
+    assert effect.status == "confirmed"
+    assert effect.result == {"looked_up": {"path": "k.txt", "bytes": 4}}
+    assert len(writes(files)) == 1
+    # The session died with the first gateway: the run ends once the call is settled.
+    wait_status(run.id, "succeeded", timeout=60)
+    assert len(writes(files)) == 1
+
+
+def test_without_a_look_up_the_lost_outcome_is_unknown_until_a_person_settles_it(
+    downstream, gateway, approver, operator, files: Path
+) -> None:
+    run = _kill_mid_call(downstream, gateway, approver, files, "s-unknown", lookup=False)
+    [effect] = SideEffect.objects.filter(run_id=run.id)
+    assert effect.status == "unknown"
+    wait_status(run.id, "failed", timeout=60)
+    assert Run.objects.get(pk=run.id).failure_class == "side_effect_unknown"
+    from ledger.services import side_effect_reconcile
+
+    side_effect_reconcile(
+        operation_id=effect.operation_id, outcome="confirmed", user=approver, note="file is there"
+    )
+    effect.refresh_from_db()
+    assert effect.status == "confirmed"
+    assert len(writes(files)) == 1
+
+
+def test_a_client_with_a_progress_token_is_held_with_progress_until_the_decision(
+    downstream, gateway, approver, files: Path
+) -> None:
+    """A client that asks for progress is held open (progress notifications name the
+    request) and gets the result as soon as the call is approved and made."""
+    import threading
+
+    gw = gateway(downstream())
+    planned = {"path": "p.txt", "text": "held"}
+    notes: list[str] = []
+    out: dict[str, Any] = {}
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        notes.append(message or "")
+
+    def held_call() -> None:
+        out["result"] = call(
+            gw.url, "files__write_file", planned, "s-progress", progress_callback=on_progress
+        )
+
+    caller = threading.Thread(target=held_call)
+    caller.start()
+    run = run_of("s-progress")
+    card = wait_pending(run.id, "auth_required")
+    wait_for(lambda: any(card.id in note for note in notes), 30, "a progress note")
+    assert "out" not in out and caller.is_alive()  # still held, not answered "pending"
+    answer(run.id, card, {"decision": "approve"}, approver)
+    caller.join(60)
+    assert not out["result"].is_error, out["result"]
+    assert [w["text"] for w in writes(files)] == ["held"]
+
+
+def test_a_paused_run_refuses_calls_until_it_is_continued(
+    downstream, gateway, approver, operator, files: Path
+) -> None:
+    gw = gateway(downstream())
+    first = {"path": "a.txt", "text": "one"}
+    assert status_of(call(gw.url, "files__write_file", first, "s-pause")) == "pending"
+    run = run_of("s-pause")
+    answer(run.id, wait_pending(run.id, "auth_required"), {"decision": "approve"}, approver)
+    assert not call(gw.url, "files__write_file", first, "s-pause").is_error
+    # The run now waits in step serve for the session's next call: pause it there.
+    wait_for(lambda: Run.objects.get(pk=run.id).status == "running", 30, "serve to run")
+    services.run_pause(run_id=run.id, reason="look first", user=operator)
+    wait_status(run.id, "paused")
+    second = {"path": "b.txt", "text": "two"}
+    refused = call(gw.url, "files__write_file", second, "s-pause")
+    assert refused.is_error and status_of(refused) == "paused", refused
+    assert [w["text"] for w in writes(files)] == ["one"]
+    request = wait_pending(run.id, "pause")
+    services.run_resume(
+        run_id=run.id, request_id=request.id, checkpoint_id=request.checkpoint_id, user=operator
+    )
+    wait_for(lambda: Run.objects.get(pk=run.id).status == "running", 30, "serve again")
+    assert status_of(call(gw.url, "files__write_file", second, "s-pause")) == "pending"

@@ -1,8 +1,9 @@
 """The remote demo workers of ``make run``: one agent of each remote kind beside the
 in-process ones, so the dashboard shows them all.
 
-- the Python client: ``holdpoint-worker … holdpoint_client.demo:AGENTS`` (``remote-triage``,
-  and ``remote-review``, a LangGraph graph, when the ``[langgraph]`` extra is installed);
+- the Python client: ``holdpoint-worker … holdpoint_client.demo:AGENTS`` (``remote-triage``;
+  ``remote-review``, a LangGraph graph, when the ``[langgraph]`` extra is installed; and
+  ``remote-status``, an OpenAI Agents SDK agent, when the ``[openai-agents]`` extra is);
 - the TypeScript client: ``node clients/typescript/dist/cli.js … examples/demo.mjs:AGENTS``
   (``ts-incident``) when Node is installed and the client is built (``make run`` builds it
   when npm is there).
@@ -29,6 +30,7 @@ from pathlib import Path
 from django.conf import settings
 
 from runs.tokens import worker_token_create, worker_token_revoke
+from runtime.demo_mcp import start_mcp_demo
 
 logger = logging.getLogger("runtime")
 
@@ -91,6 +93,13 @@ def start_remote_demo(url: str, receiver_url: str) -> RemoteDemo:
         )
         if importlib.util.find_spec("langgraph") is None:
             demo.skipped["langgraph"] = "pip install './clients/python[langgraph]'"
+        if importlib.util.find_spec("agents") is None:
+            demo.skipped["openai-agents"] = "pip install './clients/python[openai-agents]'"
+        gateway, why = start_mcp_demo(url, token, env, logs / "mcp-gateway.log")
+        if gateway is None:
+            demo.skipped["mcp"] = why
+        else:
+            demo.processes["mcp"] = gateway
     client = Path(settings.BASE_DIR) / "clients" / "typescript"
     if shutil.which("node") is None:
         demo.skipped["typescript"] = "Node 20+ is not installed"

@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[dev]"
-	$(PY) -m pip install --quiet -e "./clients/python[langgraph,mcp]"
+	$(PY) -m pip install --quiet -e "./clients/python[langgraph,mcp,openai-agents]"
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -128,7 +128,7 @@ def call(url: str, tool: str, arguments: dict[str, Any], session: str, **options
     def run() -> None:
         try:
             out["result"] = anyio.run(go)
-        except BaseException as exc:  # noqa: BLE001 - raised again in the caller
+        except BaseException as exc:
             out["error"] = exc
 
     thread = threading.Thread(target=run)

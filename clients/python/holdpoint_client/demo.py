@@ -4,7 +4,9 @@ any server: ``holdpoint-worker --url … --token … holdpoint_client.demo:AGENT
 ``remote-triage`` (the Python client) asks which team takes a ticket, asks approval to
 notify it, and posts the notification through the ledger to ``HOLDPOINT_DEMO_RECEIVER``
 (the demo webhook receiver of ``make run``); ``remote-review`` (a LangGraph graph, when
-``langgraph`` is installed) reviews a tool call in the Agent Inbox's shape.
+``langgraph`` is installed) reviews a tool call in the Agent Inbox's shape;
+``remote-status`` (an OpenAI Agents SDK agent, when ``openai-agents`` is installed) posts a
+status update through a tool with ``needs_approval``.
 """
 
 from __future__ import annotations
@@ -60,3 +62,10 @@ except ImportError:  # pragma: no cover - without langgraph
     pass
 else:
     AGENTS.append(review)
+
+try:  # The OpenAI Agents SDK demo needs the [openai-agents] extra.
+    from holdpoint_client.demo_openai_agents import status
+except ImportError:  # pragma: no cover - without openai-agents
+    pass
+else:
+    AGENTS.append(status)

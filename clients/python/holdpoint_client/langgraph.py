@@ -37,69 +37,20 @@ graph is compiled here (pass the builder, not a compiled graph).
 
 from __future__ import annotations
 
-import contextvars
 import json
 from collections.abc import Iterable
 from typing import Any
 
+from holdpoint_client.adapters import args_schema, current_context, side_effect, step
 from holdpoint_client.agent import Agent
 from holdpoint_client.context import Context
 from holdpoint_client.tools import Tool
-from holdpoint_client.types import Confirmed, Deterministic, Done, Next, RetryPolicy
+from holdpoint_client.types import Deterministic, Done, Next, RetryPolicy
+
+# Shared with holdpoint_client.openai_agents (holdpoint_client/adapters.py).
+__all__ = ["args_schema", "current_context", "graph_agent", "side_effect"]
 
 START_STEP = "__start__"
-_current: contextvars.ContextVar[_Superstep | None] = contextvars.ContextVar(
-    "holdpoint_langgraph_superstep", default=None
-)
-
-
-class _Superstep:
-    """The Holdpoint side of one superstep: its ctx, its number, its call counters."""
-
-    def __init__(self, ctx: Context, number: int) -> None:
-        self.ctx = ctx
-        self.number = number
-        self.counts: dict[str, int] = {}
-
-    def key(self, kind: str) -> str:
-        self.counts[kind] = self.counts.get(kind, 0) + 1
-        n = self.counts[kind]
-        return f"s{self.number}.{kind}" if n == 1 else f"s{self.number}.{kind}#{n}"
-
-
-def current_context() -> Context:
-    """The Holdpoint ``ctx`` of the node running now (log, cost, observe from a node)."""
-    step = _current.get()
-    if step is None:
-        raise RuntimeError("Not inside a node of a graph run by holdpoint_client.langgraph.")
-    return step.ctx
-
-
-def side_effect(
-    tool: str,
-    target: str,
-    request: dict[str, Any],
-    *,
-    compensate: dict[str, Any] | None = None,
-    reversibility: str | None = None,
-    key: str | None = None,
-) -> Confirmed:
-    """A tool call that acts on the world, from inside a node, through the ledger.
-
-    Its key is the superstep's number and the call's order in the node (or ``key``), so
-    the node re-run after a resume or a crash finds the same record and never acts twice.
-    """
-    step = _current.get()
-    if step is None:
-        raise RuntimeError("side_effect is called from a node of a graph run by Holdpoint.")
-    return step.ctx.side_effect(
-        tool,
-        target,
-        request,
-        compensate=compensate,
-        reversibility=reversibility,
-        key=key or step.key(tool),
-    )
 
 
 # --- Interrupts ------------------------------------------------------------------------------
@@ -125,35 +76,6 @@ def _human_interrupt(payload: Any) -> tuple[dict[str, Any], bool] | None:
     if isinstance(found.get("action_request"), dict) and isinstance(found.get("config"), dict):
         return found, listed
     return None
-
-
-def args_schema(args: dict[str, Any]) -> dict[str, Any]:
-    """A JSON Schema for a tool call's arguments, one field per argument typed by its planned
-    value, so that the approval card's form can edit them (anything else: a JSON field)."""
-    properties: dict[str, Any] = {}
-    for name, value in args.items():
-        if isinstance(value, bool):
-            field: dict[str, Any] = {"type": "boolean"}
-        elif isinstance(value, int):
-            field = {"type": "integer"}
-        elif isinstance(value, float):
-            field = {"type": "number"}
-        elif isinstance(value, str):
-            field = {"type": "string"}
-            if len(value) > 80 or "\n" in value:
-                field["maxLength"] = 10_000  # A text area.
-        elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-            field = {"type": "array", "items": {"type": "string"}}
-        else:
-            field = {}
-        properties[str(name)] = field
-    # Required means not empty (docs/agents.md): only arguments the plan fills in.
-    required = [
-        str(name)
-        for name, value in args.items()
-        if value is not None and value != [] and not (isinstance(value, str) and not value.strip())
-    ]
-    return {"type": "object", "properties": properties, "required": required}
 
 
 def _review(ctx: Context, request: dict[str, Any], key: str) -> dict[str, Any]:
@@ -246,9 +168,8 @@ def graph_agent(
             first: Any = None
         else:
             first = ctx.input
-        token = _current.set(_Superstep(ctx, number))
         ran: list[str] = []
-        try:
+        with step(ctx, number):
             payload: Any = first
             asked = 0
             while True:
@@ -272,8 +193,6 @@ def graph_agent(
                     payload = Command(
                         resume={i.id: v for i, v in zip(interrupts, values, strict=True)}
                     )
-        finally:
-            _current.reset(token)
         snapshot = graph.get_state(config)
         values = json.loads(json.dumps(snapshot.values))
         if not snapshot.next:

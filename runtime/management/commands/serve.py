@@ -223,9 +223,7 @@ class Command(BaseCommand):
             lines.append(f"  remote demo workers (docs/agents.md): {started}")
             lines += [f"    not started: {kind}: {why}" for kind, why in remote.skipped.items()]
             if "mcp" in remote.processes:
-                lines.append(
-                    f"  MCP gateway (agent mcp-files): http://127.0.0.1:{mcp_port()}/mcp"
-                )
+                lines.append(f"  MCP gateway (agent mcp-files): http://127.0.0.1:{mcp_port()}/mcp")
         if password:
             lines += [
                 "  accounts (shown once; change with `python manage.py changepassword NAME`):",

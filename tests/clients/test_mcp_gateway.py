@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from rest_framework.authtoken.models import Token
 
 from ledger.models import SideEffect
 from runs import services
-from runs.models import Run
+from runs.models import Run, RunEvent
 from tests.clients.conftest import LEASE, answer, wait_for, wait_pending, wait_status
 from tests.mcp_support import Launcher, call, run_of, status_of, writes
 
@@ -89,6 +91,10 @@ def test_a_gated_call_waits_for_approval_and_runs_once_with_the_edit(
     assert effect.status == "confirmed" and effect.request == {**planned, "text": "final"}
     assert effect.reversibility == "irreversible"
     assert writes(files)[0]["key"] == effect.idempotency_key
+    # What the server reported while it wrote is in the run's log; what it cost, in its cost.
+    logs = RunEvent.objects.filter(run_id=run.id, type="agent.log")
+    assert any("wrote 5 bytes to notes.txt" in str(e.payload) for e in logs), list(logs)
+    assert Run.objects.get(pk=run.id).cost == Decimal("0.002")
 
 
 def test_a_denied_call_is_refused_to_the_client_and_never_made(
@@ -245,3 +251,65 @@ def test_a_paused_run_refuses_calls_until_it_is_continued(
     )
     wait_for(lambda: Run.objects.get(pk=run.id).status == "running", 30, "serve again")
     assert status_of(call(gw.url, "files__write_file", second, "s-pause")) == "pending"
+
+
+def test_over_stdio_a_client_that_starts_the_gateway_is_one_session(
+    live_api, token: str, operator, approver, tmp_path: Path, files: Path, launch: Launcher
+) -> None:
+    """The client launches the gateway as its stdio server (as a desktop MCP client
+    does); the gateway launches the downstream server over stdio in turn."""
+    import anyio
+    from mcp import Client, StdioServerParameters
+
+    config = tmp_path / "stdio.toml"
+    command = [sys.executable, "-m", "holdpoint_client.mcp_gateway.demo_server"]
+    config.write_text(
+        "\n".join(
+            [
+                'agent = "files-gateway"',
+                f'holdpoint_url = "{live_api.url}"',
+                "wait_seconds = 2",
+                f"lease_seconds = {LEASE}",
+                "[servers.files]",
+                "command = ["
+                + ", ".join(f'"{part}"' for part in command)
+                + f', "--root", "{files}"]',
+            ]
+        )
+    )
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "holdpoint_client.mcp_gateway.server", "--config", str(config), "--stdio"],
+        env={
+            **os.environ,
+            "HOLDPOINT_WORKER_TOKEN": token,
+            "HOLDPOINT_API_TOKEN": launch.api_token,
+        },
+    )
+    planned = {"path": "s.txt", "text": "stdio"}
+    seen: dict[str, Any] = {}
+
+    async def session() -> None:
+        async with Client(params) as client:
+            seen["tools"] = sorted(t.name for t in (await client.list_tools()).tools)
+            seen["first"] = await client.call_tool("files__write_file", planned)
+            run = await anyio.to_thread.run_sync(lambda: Run.objects.get(agent="files-gateway"))
+            card = await anyio.to_thread.run_sync(lambda: wait_pending(run.id, "auth_required"))
+            await anyio.to_thread.run_sync(
+                lambda: answer(run.id, card, {"decision": "approve"}, approver)
+            )
+            seen["second"] = await client.call_tool("files__write_file", planned)
+            seen["run"] = run.id
+
+    anyio.run(session)
+    assert seen["tools"] == [
+        "files__fail",
+        "files__find_write",
+        "files__read_file",
+        "files__write_file",
+    ]
+    assert status_of(seen["first"]) == "pending"
+    assert seen["second"].structured_content == {"path": "s.txt", "bytes": 5}
+    assert [w["text"] for w in writes(files)] == ["stdio"]
+    # The client closed stdin: the session ended, and so did its run.
+    wait_status(seen["run"], "succeeded", timeout=60)

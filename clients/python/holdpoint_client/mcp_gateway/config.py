@@ -8,6 +8,7 @@ holdpoint_url = "http://127.0.0.1:8000"
 #   HOLDPOINT_API_TOKEN     (a person's or service account's token: starts a run per session)
 wait_seconds = 20                  # how long a gated call is held open without progress
 progress_wait_seconds = 600        # … and with a progress token (progress every 5 s)
+idle_seconds = 1800                # a session without a call for this long ends its run
 
 [servers.files]                    # a downstream MCP server, by name
 command = ["python", "-m", "holdpoint_client.mcp_gateway.demo_server", "--root", "files"]
@@ -51,6 +52,7 @@ class Config:
     wait_seconds: float = 20.0
     progress_wait_seconds: float = 600.0
     max_sessions: int = 16
+    idle_seconds: float = 1800.0
     lease_seconds: float | None = None
 
     @property
@@ -113,8 +115,16 @@ def parse(raw: dict[str, Any], env: Any) -> Config:
         worker_token=worker_token,
         api_token=api_token,
         servers=tuple(downstream),
-        wait_seconds=float(raw.get("wait_seconds", 20.0)),
-        progress_wait_seconds=float(raw.get("progress_wait_seconds", 600.0)),
-        max_sessions=int(raw.get("max_sessions", 16)),
-        lease_seconds=float(lease) if lease is not None else None,
+        wait_seconds=_number(raw, "wait_seconds", 20.0, 0.0, 3600.0),
+        progress_wait_seconds=_number(raw, "progress_wait_seconds", 600.0, 0.0, 86400.0),
+        max_sessions=int(_number(raw, "max_sessions", 16, 1, 1000)),
+        idle_seconds=_number(raw, "idle_seconds", 1800.0, 1.0, 7 * 86400.0),
+        lease_seconds=_number(raw, "lease_seconds", 0.0, 1.0, 3600.0) if lease else None,
     )
+
+
+def _number(raw: dict[str, Any], name: str, default: float, low: float, high: float) -> float:
+    value = raw.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise ConfigError(f"{name}: a number from {low:g} to {high:g}")
+    return float(value)

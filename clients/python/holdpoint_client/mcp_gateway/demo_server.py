@@ -20,13 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 KEY = "holdpoint/idempotency_key"
 
@@ -52,7 +52,7 @@ def build(root: Path, slow_write: float = 0.0) -> MCPServer:
         return inside(path).read_text()
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True))
-    def write_file(path: str, text: str, ctx: Context) -> dict[str, Any]:
+    async def write_file(path: str, text: str, ctx: Context) -> CallToolResult:
         """Replace a file's text."""
         key = _key_of(ctx)
         target = inside(path)
@@ -63,9 +63,17 @@ def build(root: Path, slow_write: float = 0.0) -> MCPServer:
             journal.write_text(json.dumps(entries))
         with (root / ".writes.log").open("a") as log:
             log.write(json.dumps({"path": path, "text": text, "key": key}) + "\n")
+        written = {"path": path, "bytes": len(text.encode())}
+        # What a server reports while it works (the gateway logs it on the run), and
+        # what the call cost (the gateway adds it to the run's cost).
+        await ctx.report_progress(1, 1, f"wrote {written['bytes']} bytes to {path}")
         if slow_write:
-            time.sleep(slow_write)
-        return {"path": path, "bytes": len(text.encode())}
+            await anyio.sleep(slow_write)
+        return CallToolResult(
+            content=[TextContent(type="text", text=json.dumps(written))],
+            structured_content=written,
+            _meta={"holdpoint/cost": "0.002"},
+        )
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     def find_write(idempotency_key: str) -> dict[str, Any]:

@@ -33,6 +33,7 @@ import json
 import logging
 import queue
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -58,6 +59,10 @@ SESSION_META = "holdpoint/session"
 SEPARATOR = "__"
 MAX_ARGUMENTS = 64 * 1024
 MAX_RESULT = 256 * 1024
+MAX_NOTES = 50
+
+# What the downstream server reported during the call the step is making (its thread).
+_notes = threading.local()
 
 
 def tool_name(server: str, tool: str) -> str:
@@ -121,6 +126,8 @@ class Session:
     inbox: queue.Queue[Call] = field(default_factory=queue.Queue)
     calls: dict[str, Call] = field(default_factory=dict)
     stopped: str = ""
+    serving: bool = False
+    finished: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -142,6 +149,10 @@ class Sessions:
         with self._lock:
             self._by_key[session.key] = session
             self._by_run[session.run_id] = session
+
+    def all(self) -> list[Session]:
+        with self._lock:
+            return list(self._by_key.values())
 
     def __len__(self) -> int:
         with self._lock:
@@ -187,17 +198,36 @@ class Downstreams:
         await self._stack.aclose()
 
     async def call(
-        self, server: str, tool: str, arguments: dict[str, Any], key: str | None
+        self,
+        server: str,
+        tool: str,
+        arguments: dict[str, Any],
+        key: str | None,
+        notes: list[str] | None = None,
     ) -> types.CallToolResult:
+        """Call ``tool``; what the server reports while it runs (its progress messages)
+        is appended to ``notes``."""
         meta = cast(types.RequestParamsMeta, {KEY_META: key}) if key else None
-        return await self.clients[server].call_tool(tool, arguments, meta=meta)
+
+        async def reported(progress: float, total: float | None, message: str | None) -> None:
+            if notes is not None and message and len(notes) < MAX_NOTES:
+                notes.append(message[:500])
+
+        return await self.clients[server].call_tool(
+            tool, arguments, meta=meta, progress_callback=reported if notes is not None else None
+        )
 
     def call_sync(
-        self, server: str, tool: str, arguments: dict[str, Any], key: str | None
+        self,
+        server: str,
+        tool: str,
+        arguments: dict[str, Any],
+        key: str | None,
+        notes: list[str] | None = None,
     ) -> types.CallToolResult:
         assert self.loop is not None
         future = asyncio.run_coroutine_threadsafe(
-            self.call(server, tool, arguments, key), self.loop
+            self.call(server, tool, arguments, key, notes), self.loop
         )
         return future.result()
 
@@ -225,8 +255,11 @@ class McpTool:
         self.can_look_up = bool(self.lookup_tool)
 
     def execute(self, request: Any, idempotency_key: str) -> ToolResult:
+        notes = getattr(_notes, "current", None)
         try:
-            result = self.downstreams.call_sync(self.server, self.tool, request, idempotency_key)
+            result = self.downstreams.call_sync(
+                self.server, self.tool, request, idempotency_key, notes
+            )
         except Exception as exc:  # the call was sent: whether it acted is not known
             raise OutcomeUnknown(f"{type(exc).__name__}: {exc}") from exc
         dumped = _dump(result)
@@ -302,7 +335,15 @@ class Gateway:
         await asyncio.to_thread(self.worker.start)
         await asyncio.to_thread(self._offer_tools)
 
-    async def stop(self) -> None:
+    async def stop(self, settle: float = 3.0) -> None:
+        """Stop serving. A session its client closed gets up to ``settle`` seconds for its
+        run to finish (the call it made may still be saving its checkpoint); the other
+        sessions' attempts are handed back at their step boundary."""
+        deadline = time.monotonic() + settle
+        while time.monotonic() < deadline and any(
+            s.stopped == "ended" and not s.finished for s in self.sessions.all()
+        ):
+            await asyncio.sleep(0.05)
         if self.worker is not None:
             await asyncio.to_thread(self.worker.stop, 5.0)
         await self.downstreams.close()
@@ -372,25 +413,38 @@ class Gateway:
             return ctx.done({"calls": state.get("calls", 0), "ended": "session gone"})
         if session.stopped == "paused":
             session.stopped = ""
-        while True:
-            try:
-                ctx.check()
-            except CancelRequested:
-                session.stopped = "cancelled"
-                self._refuse_waiting(session, "The run was cancelled: no more calls.")
-                raise
-            if ctx.pause_requested:
-                # A pause is seen at the step boundary: the executor releases the attempt.
-                session.stopped = "paused"
-                return ctx.next("serve", state)
-            if session.stopped == "ended":
-                return ctx.done({"calls": state.get("calls", 0), "ended": "session closed"})
-            try:
-                call = session.inbox.get(timeout=1.0)
-            except queue.Empty:
-                continue
-            state["call"] = call.as_state()
-            return ctx.next("call", state)
+        session.serving = True
+        idle = 0.0
+        try:
+            while True:
+                try:
+                    ctx.check()
+                except CancelRequested:
+                    session.stopped = "cancelled"
+                    self._refuse_waiting(session, "The run was cancelled: no more calls.")
+                    raise
+                if ctx.pause_requested:
+                    # Seen at the step boundary: the executor releases the attempt.
+                    session.stopped = "paused"
+                    return ctx.next("serve", state)
+                if session.stopped == "ended" or idle >= self.config.idle_seconds:
+                    why = "session closed" if session.stopped == "ended" else "session idle"
+                    session.stopped = "ended"
+                    done = ctx.done({"calls": state.get("calls", 0), "ended": why})
+                    session.finished = True
+                    return done
+                if self.worker is not None and self.worker.shutdown.is_set():
+                    # The gateway stops: the boundary hands the attempt back at once.
+                    return ctx.next("serve", state)
+                try:
+                    call = session.inbox.get(timeout=1.0)
+                except queue.Empty:
+                    idle += 1.0
+                    continue
+                state["call"] = call.as_state()
+                return ctx.next("call", state)
+        finally:
+            session.serving = False
 
     def _call(self, ctx: Context, state: Any) -> Next:
         state = dict(state)
@@ -398,6 +452,8 @@ class Gateway:
         session = self.sessions.of_run(ctx.run_id)
         waiting = session.calls.get(planned["key"]) if session else None
         server, tool = planned["server"], planned["tool"]
+        notes: list[str] = []
+        _notes.current = notes
         try:
             done = ctx.side_effect(
                 tool_name(server, tool),
@@ -436,6 +492,11 @@ class Gateway:
                     )
                 )
             raise
+        finally:
+            _notes.current = None
+        for note in notes:
+            # What the downstream server reported while the call ran, in the run's log.
+            ctx.log(note, server=server, tool=tool)
         if waiting is not None:
             waiting.finish(result)
         state["calls"] = int(state.get("calls", 0)) + 1
@@ -596,6 +657,7 @@ class Gateway:
     def end_session(self, key: str) -> None:
         session = self.sessions.get(key)
         if session is not None and not session.stopped:
+            logger.info("session %s (run %s) closed by the client", key, session.run_id)
             session.stopped = "ended"
 
 

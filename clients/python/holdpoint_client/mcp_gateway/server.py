@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import signal
 from typing import Any
 
 import mcp_types as types
@@ -101,9 +102,17 @@ async def serve(config_path: str, http: str, stdio: bool) -> None:
         if stdio:
             from mcp.server.stdio import stdio_server
 
-            async with stdio_server() as (read, write):
-                await server.run(read, write, server.create_initialization_options())
-            gateway.end_session(fallback)
+            # SIGTERM (the client's, 2 s after it closes stdin) unwinds through the
+            # finally blocks: the session ends and the worker hands its attempts back.
+            main = asyncio.current_task()
+            if main is not None:
+                asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
+            try:
+                async with stdio_server() as (read, write):
+                    await server.run(read, write, server.create_initialization_options())
+            finally:
+                # The client closed stdin (it gives 2 s before SIGTERM): end the run now.
+                gateway.end_session(fallback)
         else:
             import uvicorn
 
@@ -134,6 +143,8 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(serve(args.config, args.http or "", args.stdio))
     except ConfigError as exc:
         parser.exit(2, f"holdpoint-mcp-gateway: {exc}\n")
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        pass  # stopped by a signal, after the session's run was settled
 
 
 if __name__ == "__main__":

@@ -65,6 +65,7 @@ def test_a_gated_mcp_call_is_edited_in_the_browser_and_made_once_through_a_gatew
     login(alice, "alice")
     alice.goto(f"/runs/{run.id}/")
     card = open_request(alice, request.id)
+    expect(card.locator("h2")).to_have_text("write_file on files")
     expect(card).to_contain_text("files__write_file")
     card.get_by_text("Edit before approving").click()
     card.get_by_label("Text").fill("final")

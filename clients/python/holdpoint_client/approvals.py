@@ -45,7 +45,7 @@ def choice_schema(options: Any) -> dict[str, Any]:
     }
 
 
-APPROVAL_OPTIONS = ("prompt", "expires_in", "context")
+APPROVAL_OPTIONS = ("prompt", "expires_in", "context", "title")
 
 
 def approval_options(approval: Any) -> dict[str, Any]:
@@ -53,7 +53,7 @@ def approval_options(approval: Any) -> dict[str, Any]:
     if approval is None:
         return {}
     if not isinstance(approval, dict):
-        raise TypeError('approval is a dict: {"prompt", "expires_in", "context"}.')
+        raise TypeError('approval is a dict: {"prompt", "expires_in", "context", "title"}.')
     unknown = set(approval) - set(APPROVAL_OPTIONS)
     if unknown:
         raise TypeError(
@@ -62,6 +62,9 @@ def approval_options(approval: Any) -> dict[str, Any]:
     prompt = approval.get("prompt")
     if prompt is not None and (not isinstance(prompt, str) or not prompt.strip()):
         raise TypeError("approval prompt is a non-empty string.")
+    title = approval.get("title")
+    if title is not None and (not isinstance(title, str) or not 0 < len(title.strip()) <= 200):
+        raise TypeError("approval title is a string of 1 to 200 characters.")
     context = approval.get("context")
     if context is not None and not isinstance(context, dict):
         raise TypeError("approval context is a dict.")

@@ -689,6 +689,7 @@ class Context:
                 "target": target,
                 "change": request,
                 "reversibility": "irreversible",
+                **({"title": asked["title"]} if asked.get("title") else {}),
                 **({"editable": editable} if editable else {}),
             },
         )

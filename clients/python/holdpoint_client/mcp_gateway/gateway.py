@@ -462,6 +462,7 @@ class Gateway:
                 key=planned["key"],
                 reversibility="irreversible" if planned["rule"] == "approve" else None,
                 approval={
+                    "title": f"{tool} on {server}",
                     "prompt": f"Call {tool} on {server} with these arguments?",
                     "context": {"server": server, "tool": tool, "rule": planned["rule"]},
                 },

@@ -52,6 +52,9 @@ def test_a_gated_mcp_call_is_edited_in_the_browser_and_made_once_through_a_gatew
 ) -> None:
     down = launch.downstream(slow_write=60)
     gw = launch.gateway(down)
+    alice = new_page()
+    login(alice, "alice")
+    alice.goto("/")  # the inbox, open before the agent asks
     planned = {"path": "notes.txt", "text": "draft"}
     first = call(gw.url, "files__write_file", planned, "browser")
     assert status_of(first) == "pending", first
@@ -60,9 +63,9 @@ def test_a_gated_mcp_call_is_edited_in_the_browser_and_made_once_through_a_gatew
         lambda: InputRequest.objects.filter(run_id=run.id, status="pending").first(),
         "the approval",
     )
+    # The gated call reaches the open inbox by the live push, without a reload.
+    expect(alice.locator("main")).to_contain_text("write_file on files", timeout=30_000)
 
-    alice = new_page()
-    login(alice, "alice")
     alice.goto(f"/runs/{run.id}/")
     card = open_request(alice, request.id)
     expect(card.locator("h2")).to_have_text("write_file on files")

@@ -25,7 +25,7 @@ from ledger.models import SideEffect
 from runs import services
 from runs.models import Run, RunEvent
 from tests.clients.conftest import LEASE, answer, wait_for, wait_pending, wait_status
-from tests.mcp_support import Launcher, call, run_of, status_of, writes
+from tests.mcp_support import AGENT, Launcher, call, run_of, status_of, writes
 
 try:
     import mcp  # noqa: F401
@@ -313,3 +313,35 @@ def test_over_stdio_a_client_that_starts_the_gateway_is_one_session(
     assert [w["text"] for w in writes(files)] == ["stdio"]
     # The client closed stdin: the session ended, and so did its run.
     wait_status(seen["run"], "succeeded", timeout=60)
+
+
+def test_a_team_rule_holds_the_call_until_the_second_approver_and_it_is_made_once(
+    downstream, gateway, approver, files: Path
+) -> None:
+    """The agent's approval policy applies to gated calls as to any approval: with two
+    approvers required, the first approval leaves the call waiting (a repeat still joins
+    it), the second lets it through, once."""
+    from runs.approvals import parse_policy
+    from runs.models import AgentApprovalPolicy
+    from tests.conftest import _user
+
+    AgentApprovalPolicy.objects.update_or_create(
+        agent=AGENT, defaults={"policy": parse_policy({"required": 2})}
+    )
+    second = _user("bruno", "approver")
+    gw = gateway(downstream())
+    planned = {"path": "team.txt", "text": "two"}
+    assert status_of(call(gw.url, "files__write_file", planned, "s-team")) == "pending"
+    run = run_of("s-team")
+    card = wait_pending(run.id, "auth_required")
+    answer(run.id, card, {"decision": "approve"}, approver)
+    card.refresh_from_db()
+    assert card.status == "pending"  # one of two
+    assert status_of(call(gw.url, "files__write_file", planned, "s-team")) == "pending"
+    assert writes(files) == []
+    answer(run.id, card, {"decision": "approve"}, second)
+    done = call(gw.url, "files__write_file", planned, "s-team")
+    assert not done.is_error, done
+    assert [w["text"] for w in writes(files)] == ["two"]
+    [effect] = SideEffect.objects.filter(run_id=run.id)
+    assert set(effect.approval["approvers"]) == {"alice", "bruno"}

@@ -60,6 +60,7 @@ SEPARATOR = "__"
 MAX_ARGUMENTS = 64 * 1024
 MAX_RESULT = 256 * 1024
 MAX_NOTES = 50
+START_WAIT = 30.0  # how long serve waits for the session of a run being started
 
 # What the downstream server reported during the call the step is making (its thread).
 _notes = threading.local()
@@ -133,6 +134,7 @@ class Session:
 
 class Sessions:
     def __init__(self) -> None:
+        self.starting = 0  # runs being started (their sessions not registered yet)
         self._lock = threading.Lock()
         self._by_key: dict[str, Session] = {}
         self._by_run: dict[str, Session] = {}
@@ -408,6 +410,13 @@ class Gateway:
         """Wait for the session's next ledger call; the session's end ends the run."""
         state = dict(state or {})
         session = self.sessions.of_run(ctx.run_id)
+        waited = 0.0
+        while session is None and self.sessions.starting and waited < START_WAIT:
+            # The run was claimed before the request that started it came back: its
+            # session is registered in a moment.
+            ctx.sleep(0.1)
+            waited += 0.1
+            session = self.sessions.of_run(ctx.run_id)
         if session is None:
             # The gateway that held the session is gone (a restart): nobody can call again.
             return ctx.done({"calls": state.get("calls", 0), "ended": "session gone"})
@@ -533,15 +542,19 @@ class Gateway:
                 return session
             if len(self.sessions) >= 10 * self.config.max_sessions:
                 raise RuntimeError("too many sessions")
-            _, run = await asyncio.to_thread(
-                self.api.call,
-                "POST",
-                "/api/runs",
-                {"agent": self.config.agent, "input": {"session": key, "client": client[:100]}},
-                key=f"mcp-session-{self.config.agent}-{key}"[:255],
-            )
-            session = Session(key=key, run_id=run["run_id"])
-            self.sessions.add(session)
+            self.sessions.starting += 1
+            try:
+                _, run = await asyncio.to_thread(
+                    self.api.call,
+                    "POST",
+                    "/api/runs",
+                    {"agent": self.config.agent, "input": {"session": key, "client": client[:100]}},
+                    key=f"mcp-session-{self.config.agent}-{key}"[:255],
+                )
+                session = Session(key=key, run_id=run["run_id"])
+                self.sessions.add(session)
+            finally:
+                self.sessions.starting -= 1
             logger.info("session %s is run %s", key, run["run_id"])
             return session
 

@@ -32,7 +32,7 @@ from api.base import AUTH_CODES, problems, require_perm
 from api.problems import render_problem
 from api.reads import QueryValidated
 from api.serializers import UtcDateTimeField, utc
-from runs.audit import AUDIT_EVENT_TYPES
+from runs.audit import AGENT_AUDIT_EVENT_TYPES, AUDIT_EVENT_TYPES
 from runs.audit_log import (
     COMMENT_MAX,
     PAGE_MAX,
@@ -59,6 +59,8 @@ COLUMNS = (
     "summary",
     "comment",
 )
+# The runs' decisions and control operations, then people's changes to agents (tool rules).
+TRAIL_TYPES = [*AUDIT_EVENT_TYPES, *AGENT_AUDIT_EVENT_TYPES]
 # A cell starting with one of these is a formula (or becomes one) in Excel, LibreOffice
 # and Google Sheets: CSV injection (OWASP). Agent and user text reaches the cells.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -100,9 +102,11 @@ class AuditRowSerializer(serializers.Serializer):
     """One decision or control operation."""
 
     time = UtcDateTimeField(source="at")
-    run_id = serializers.CharField()
+    run_id = serializers.CharField(
+        allow_null=True, help_text="Null for a change to the agent as a whole (a tool rule)."
+    )
     agent = serializers.CharField()
-    type = serializers.ChoiceField(choices=list(AUDIT_EVENT_TYPES))
+    type = serializers.ChoiceField(choices=TRAIL_TYPES)
     actor = serializers.CharField(help_text="`user:<name>`, `cli` or `system`.")
     via = serializers.CharField(
         help_text="How: `dashboard`, `api`, `email`, `slack`, `cli`; empty for the system "
@@ -141,7 +145,7 @@ class AuditApi(QueryValidated, APIView):
             max_length=200, required=False, help_text="`user:olivia`, `olivia`, `cli`, …"
         )
         run = serializers.CharField(max_length=40, required=False)
-        type = serializers.ChoiceField(choices=list(AUDIT_EVENT_TYPES), required=False)
+        type = serializers.ChoiceField(choices=TRAIL_TYPES, required=False)
         cursor = serializers.CharField(max_length=200, required=False)
         limit = serializers.IntegerField(
             min_value=1, max_value=PAGE_MAX, required=False, default=50

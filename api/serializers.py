@@ -100,7 +100,10 @@ class InputRequestSerializer(serializers.ModelSerializer):
     request_id = serializers.CharField(source="id")
     run_id = serializers.CharField()
     attempt_id = serializers.CharField()
-    checkpoint_id = serializers.CharField()
+    checkpoint_id = serializers.CharField(
+        allow_null=True,
+        help_text="Null for the pause of a run that never saved one (paused while queued).",
+    )
     accepted_schema = serializers.JSONField()
     # DRF takes declared fields off the class, so these names shadow nothing at run time.
     context = serializers.JSONField()  # type: ignore[assignment]

@@ -7,7 +7,19 @@ from django.urls import URLPattern, URLResolver, path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.permissions import AllowAny
 
-from api import audit, control, pause, reads, side_effects, slack, worker, worker_protocol, workers
+from api import (
+    audit,
+    control,
+    pause,
+    reads,
+    side_effects,
+    slack,
+    stats,
+    tool_rules,
+    worker,
+    worker_protocol,
+    workers,
+)
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path(
@@ -19,6 +31,23 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("agents/<str:name>", worker_protocol.AgentDeclareApi.as_view(), name="api-agent-declare"),
     path("agents/<str:name>/pause", pause.AgentPauseApi.as_view(), name="api-agent-pause"),
     path("agents/<str:name>/unpause", pause.AgentUnpauseApi.as_view(), name="api-agent-unpause"),
+    # The rules of the tools the agent calls through the MCP gateway (api/tool_rules.py).
+    path(
+        "agents/<str:name>/tool-rules",
+        tool_rules.ToolRuleListApi.as_view(),
+        name="api-agent-tool-rules",
+    ),
+    path(
+        "agents/<str:name>/tool-rules/confirm-suggested",
+        tool_rules.ToolRulesConfirmSuggestedApi.as_view(),
+        name="api-agent-tool-rules-confirm-suggested",
+    ),
+    # A tool's name may hold "/": the rest of the path is the tool.
+    path(
+        "agents/<str:name>/tool-rules/<str:server>/<path:tool>",
+        tool_rules.ToolRuleConfirmApi.as_view(),
+        name="api-agent-tool-rule",
+    ),
     path("runs", control.RunCollectionApi.as_view(), name="api-runs"),
     path("runs/<str:run_id>", reads.RunDetailApi.as_view(), name="api-run"),
     path("runs/<str:run_id>/attempts", reads.RunAttemptListApi.as_view(), name="api-run-attempts"),
@@ -34,11 +63,19 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("runs/<str:run_id>/pause", pause.RunPauseApi.as_view(), name="api-run-pause"),
     path("input-requests", reads.InputRequestListApi.as_view(), name="api-input-requests"),
     path("workers", workers.WorkerListApi.as_view(), name="api-workers"),
+    # The operations page's figures (api/stats.py).
+    path("stats/operations", stats.OperationsStatsApi.as_view(), name="api-stats-operations"),
     # Slack's interactivity requests (buttons, modals), signed by Slack (api/slack.py).
     path("slack/interactions", slack.interactions, name="api-slack-interactions"),
     # Decisions and control operations across runs, as pages or a CSV download.
     path("audit", audit.AuditApi.as_view(), name="api-audit"),
     # The worker API: worker tokens only.
+    # The tools an agent's MCP gateway proxies, and their rules (api/tool_rules.py).
+    path(
+        "worker/agents/<str:name>/mcp-tools",
+        tool_rules.McpToolsApi.as_view(),
+        name="api-worker-mcp-tools",
+    ),
     # The claim of api/worker.py, with the long poll and the answers (api/worker_protocol.py).
     path("worker/claim", worker_protocol.WorkerClaimWaitApi.as_view(), name="api-worker-claim"),
     # One renewal for all the attempts a worker process holds (api/worker_protocol.py).

@@ -42,6 +42,7 @@ def scripts(opts: argparse.Namespace) -> list[tuple[str, list[str]]]:
         ("wakeup", ["--samples", "100" if quick else "200"]),
         ("latencies", ["--samples", "10" if quick else "30", "--kills", "2" if quick else "5"]),
         ("push", []),
+        ("run_timeline", ["--samples", "10" if quick else "30"]),
         ("pause", ["--samples", "20" if quick else "50", "--attempts", "100"]),
         ("growth", ["--sizes", opts.sizes or ("10k,100k" if quick else "10k,100k,1M")]),
         ("partitions", ["--events", "1M" if quick else "10M"]),

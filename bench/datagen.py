@@ -1,7 +1,8 @@
 """Bulk-generate consistent runs in SQL (``INSERT … SELECT generate_series``), fast enough for 1M.
 
 The rows are what the services would have left behind: a run with its current
-attempt and its events (``last_event_seq`` matching), a waiting run with its
+attempt (ended, with an error and one of 40 fingerprints when it failed; finished runs
+have a small cost, for the operations page's figures) and its events (``last_event_seq`` matching), a waiting run with its
 checkpoint and its pending ``InputRequest``. Ids carry the usual prefixes; their
 26-character tail is a zero-padded serial with a batch tag instead of a ULID, which
 keeps them unique and in creation order. The run <-> attempt foreign keys point both
@@ -65,7 +66,9 @@ def generate(conn: Any, *, kind: str, start: int, count: int, agent: str, tag: s
                     ELSE '' END,
                 '', jsonb_build_object('n', g), NULL, '[]'::jsonb, 0,
                 CASE WHEN s.status = 'queued' THEN 0 ELSE 1 END, {events},
-                CASE WHEN s.status = 'queued' THEN {created} END, '', 0, {created}, {created},
+                CASE WHEN s.status = 'queued' THEN {created} END, '',
+                CASE WHEN s.status IN ('succeeded','failed') THEN (g %% 10) * 0.001 ELSE 0 END,
+                {created}, {created},
                 CASE WHEN s.status IN ('succeeded','failed','cancelled') THEN {created} END,
                 NULL, {att_id},
                 CASE WHEN %(waiting)s THEN {cp_id} END,
@@ -85,7 +88,15 @@ def generate(conn: Any, *, kind: str, start: int, count: int, agent: str, tag: s
                 CASE WHEN {att_status} = 'queued' THEN '' ELSE 'gen' END,
                 CASE WHEN {att_status} = 'queued' THEN NULL ELSE 1 END,
                 CASE WHEN {att_status} = 'queued' THEN NULL ELSE 0 END,
-                NULL, NULL, NULL, NULL, '', '', '', '', '', 0, {created}, NULL, NULL, {run_id}
+                NULL, NULL, NULL,
+                CASE WHEN {att_status} IN ('succeeded','failed','aborted') THEN {created} END,
+                CASE WHEN {att_status} = 'failed' THEN 'transient' ELSE '' END,
+                CASE WHEN {att_status} = 'failed' THEN 'TimeoutError' ELSE '' END,
+                CASE WHEN {att_status} = 'failed' THEN 'upstream timed out' ELSE '' END,
+                CASE WHEN {att_status} = 'failed' THEN 'call' ELSE '' END,
+                CASE WHEN {att_status} = 'failed' THEN 'fp' || lpad((g %% 40)::text, 3, '0')
+                    ELSE '' END,
+                0, {created}, NULL, NULL, {run_id}
             FROM generate_series(%(start)s::bigint, %(end)s::bigint) g
             """,
             {"start": start, "end": end},
@@ -112,13 +123,15 @@ def generate(conn: Any, *, kind: str, start: int, count: int, agent: str, tag: s
                 f"""
                 INSERT INTO runs_inputrequest (id, kind, step_id, reason, prompt, accepted_schema,
                     context, action, expires_at, status, answer, answered_at, closed_reason,
-                    closed_at, created_at, answered_by_id, attempt_id, checkpoint_id, run_id)
+                    closed_at, created_at, answered_by_id, attempt_id, checkpoint_id, run_id,
+                    policy, edit_round, decisions)
                 SELECT {req_id},
                     CASE WHEN g %% 5 = 0 THEN 'auth_required' ELSE 'input_required' END,
                     'ask', '', 'Which version?', '{{"type": "object"}}'::jsonb, '{{}}'::jsonb,
                     CASE WHEN g %% 5 = 0 THEN '{{"tool": "webhook"}}'::jsonb ELSE '{{}}'::jsonb END,
                     now() + ((g %% 1440) * interval '1 minute') + interval '1 hour', 'pending',
-                    NULL, NULL, '', NULL, {created}, NULL, {att_id}, {cp_id}, {run_id}
+                    NULL, NULL, '', NULL, {created}, NULL, {att_id}, {cp_id}, {run_id},
+                    '{{}}'::jsonb, 0, 0
                 FROM generate_series(%(start)s::bigint, %(end)s::bigint) g
                 """,
                 {"start": start, "end": end},

@@ -402,6 +402,8 @@ SPECTACULAR_SETTINGS = {
         "api.authentication.CsrfSessionAuthentication",
         "api.authentication.WorkerTokenAuthentication",
     ],
+    # One name for the tool rules' choice set, whichever field uses it (api/tool_rules.py).
+    "ENUM_NAME_OVERRIDES": {"ToolRuleKindEnum": "ledger.models.ToolRuleKind"},
 }
 
 # --- Holdpoint ------------------------------------------------------------------------------

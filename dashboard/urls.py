@@ -11,9 +11,11 @@ from django.views.i18n import JavaScriptCatalog
 from dashboard import views
 from dashboard.views import side_effects
 from dashboard.views.act import act
+from dashboard.views.agents import agent_detail, tool_rule_confirm, tool_rules_confirm_suggested
 from dashboard.views.login import login
 from dashboard.views.notice import inbox_newest
 from dashboard.views.oidc import oidc_authenticate, oidc_callback
+from dashboard.views.operations import operations
 from dashboard.views.profile import profile, slack_link_confirm, slack_unlink_view
 from dashboard.views.workers import worker_list
 
@@ -53,12 +55,21 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("inbox/newest", inbox_newest, name="inbox-newest"),
     path("inbox/paused", views.inbox_paused, name="inbox-paused"),
     path("agents/", views.agent_list, name="agent-list"),
+    path("agents/<str:name>/", agent_detail, name="agent-detail"),
+    # The MCP gateway's tool rules on the agent page (dashboard/views/agents.py).
+    path(
+        "agents/<str:name>/tool-rules/confirm-suggested",
+        tool_rules_confirm_suggested,
+        name="tool-rules-confirm-suggested",
+    ),
+    path("agents/<str:name>/tool-rules/<int:pk>", tool_rule_confirm, name="tool-rule-confirm"),
     path("agents/<str:name>/confirm-pause", views.agent_pause_confirm, name="agent-pause-confirm"),
     path("agents/<str:name>/pause", views.agent_gate, {"action": "pause"}, name="agent-pause"),
     path(
         "agents/<str:name>/unpause", views.agent_gate, {"action": "unpause"}, name="agent-unpause"
     ),
     path("workers/", worker_list, name="worker-list"),
+    path("operations/", operations, name="operations"),
     path("runs/", views.run_list, name="run-list"),
     path("runs/new", views.run_start, name="run-start"),
     path("runs/<str:run_id>/", views.run_detail, name="run-detail"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.utils.translation import gettext_lazy as _
 
-from ledger.models import SideEffect
+from ledger.models import SideEffect, ToolRule
 from runs.admin import ReadOnlyAdmin
 
 
@@ -39,3 +39,13 @@ class SideEffectAdmin(ReadOnlyAdmin):
         comment = approval.get("comment") or ""
         at = approval.get("at") or ""
         return f"{who} · {at}" + (f" — “{comment}”" if comment else "")
+
+
+@admin.register(ToolRule)
+class ToolRuleAdmin(ReadOnlyAdmin):
+    """The MCP gateway's tool rules; confirm them on the agent's page or with the API, so
+    that each change is an audit-trail row (ledger.services.tool_rules)."""
+
+    list_display = ["agent", "server", "tool", "suggested", "rule", "confirmed_actor", "offered"]
+    list_filter = ["rule", "suggested", "offered"]
+    search_fields = ["agent", "server", "tool"]

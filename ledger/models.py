@@ -142,3 +142,78 @@ class SideEffect(models.Model):
     @property
     def compensation_in_progress(self) -> bool:
         return self.compensation_started_at is not None and self.compensation_ended_at is None
+
+
+class ToolRuleKind(models.TextChoices):
+    """What the MCP gateway does with a call of a tool (docs/api.md, "Tool rules")."""
+
+    PASS = "pass", _("Pass: a read, not recorded")
+    RECORD = "record", _("Record: a side effect in the ledger, no approval")
+    APPROVE = "approve", _("Approve: asks for approval under the agent's policy")
+
+
+class ToolRule(models.Model):
+    """The rule of one tool an agent calls through the MCP gateway: (agent, server, tool).
+
+    The gateway reports each tool it proxies (``ledger.services.tool_rules_report``); its
+    MCP annotations only *suggest* a rule. Until a person confirms one (``rule`` set),
+    the rule in force is ``approve``, whatever the suggestion: the annotations come from
+    the downstream server, which the gateway does not trust."""
+
+    agent = models.CharField(max_length=100)
+    server = models.CharField(max_length=64)
+    tool = models.CharField(max_length=128)
+    description = models.TextField(blank=True)
+    input_schema = models.JSONField(default=dict, blank=True)
+    # The MCP annotations as reported, known keys only (readOnlyHint, destructiveHint, …).
+    annotations = models.JSONField(default=dict, blank=True)
+    suggested = models.CharField(max_length=10, choices=ToolRuleKind.choices)
+    # None until a person confirms: the rule in force is then ``approve``. NULL, not "", so
+    # that "nobody confirmed" can never be read as a rule.
+    rule = models.CharField(  # noqa: DJ001
+        max_length=10, choices=ToolRuleKind.choices, null=True, blank=True
+    )
+    # [{"argument", "matches", "rule"}], in order; the first that matches wins (the gateway).
+    patterns = models.JSONField(default=list, blank=True)
+    confirmed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    confirmed_actor = models.CharField(max_length=200, blank=True)
+    confirmed_at = models.DateTimeField(null=True, blank=True)
+    # The hash of the description, schema and annotations the person saw when confirming
+    # (``ledger.services.tool_rules.tool_hash``); a later report that differs shows
+    # "changed since confirmed" and keeps the person's rule.
+    confirmed_hash = models.CharField(max_length=64, blank=True)
+    # The hash of what the gateway reported last.
+    reported_hash = models.CharField(max_length=64, blank=True)
+    # In the gateway's last report: a tool it no longer offers is kept (with its rule) for
+    # a later session that offers it again.
+    offered = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["agent", "server", "tool"]
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "server", "tool"], name="toolrule_unique"),
+            models.CheckConstraint(
+                condition=Q(rule__isnull=True) | Q(confirmed_at__isnull=False),
+                name="toolrule_confirmed_has_time",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent}: {self.server}/{self.tool}"
+
+    @property
+    def confirmed(self) -> bool:
+        return self.rule is not None
+
+    @property
+    def in_force(self) -> str:
+        """The rule the gateway applies: the confirmed one, else ``approve``."""
+        return self.rule or ToolRuleKind.APPROVE
+
+    @property
+    def changed_since_confirmed(self) -> bool:
+        return self.confirmed and self.confirmed_hash != self.reported_hash

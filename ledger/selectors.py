@@ -13,13 +13,14 @@ from django.db.models import Q, QuerySet
 from django.http import Http404
 from django.utils.translation import gettext, gettext_noop, ngettext
 
-from ledger.models import Reversibility, SideEffect, SideEffectStatus
+from ledger.models import Reversibility, SideEffect, SideEffectStatus, ToolRule
 from ledger.services import needs_reconciliation_q, stale_pending_q
+from ledger.services.tool_rules import tool_rules_for
 from ledger.tools import can_compensate, get_tool
 from runs.access import Actor
 from runs.errors import HoldpointError
 from runs.models import Run
-from runs.selectors import RETRY, VIEW, permission_denied_text
+from runs.selectors import CHANGE_TOOL_RULES, RETRY, VIEW, permission_denied_text
 
 S = SideEffectStatus
 
@@ -391,3 +392,26 @@ def side_effect_get_for_user(
     if perm is not None and not user.has_perm(perm):
         raise PermissionDenied(permission_denied_text(perm))
     return effect
+
+
+# --- The MCP gateway's tool rules -----------------------------------------------------------
+
+
+def agent_known(name: str) -> bool:
+    """Whether ``name`` is an agent of the registry (in-process or declared)."""
+    from runs.agents import all_agent_specs
+
+    return len(name) <= 100 and any(spec.name == name for spec in all_agent_specs())
+
+
+def tool_rules_for_user(*, user: Actor, agent: str, write: bool = False) -> list[ToolRule]:
+    """The rules of ``agent``'s gateway tools for a person: ``runs.view_run`` to see them,
+    ``ledger.change_toolrule`` too when ``write`` (``PermissionDenied``); an unknown agent
+    is ``Http404`` (after the permission, as for an agent's pause)."""
+    if not user.has_perm(VIEW):
+        raise PermissionDenied(permission_denied_text(VIEW))
+    if write and not user.has_perm(CHANGE_TOOL_RULES):
+        raise PermissionDenied(permission_denied_text(CHANGE_TOOL_RULES))
+    if not agent_known(agent):
+        raise Http404("No such agent.")
+    return tool_rules_for(agent)

@@ -12,6 +12,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from runs.models import (
+    AgentEvent,
     AgentGate,
     Attempt,
     Checkpoint,
@@ -114,6 +115,15 @@ class RunEventAdmin(ReadOnlyAdmin):
     list_display = ["run", "seq", "type", "actor", "created_at"]
     list_filter = ["type"]
     search_fields = ["run__id", "type", "actor"]
+
+
+@admin.register(AgentEvent)
+class AgentEventAdmin(ReadOnlyAdmin):
+    """People's changes to an agent as a whole (its MCP gateway's tool rules)."""
+
+    list_display = ["agent", "type", "actor", "created_at"]
+    list_filter = ["type"]
+    search_fields = ["agent", "actor"]
 
 
 @admin.register(DeclaredAgent)

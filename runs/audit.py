@@ -59,6 +59,12 @@ AUDIT_EVENT_TYPES: tuple[str, ...] = (
     "agent.unpaused",
 )
 
+# Changes people make to an agent as a whole, by the event that records each: the rules of
+# the tools it calls through the MCP gateway (``runs.models.AgentEvent``, written by
+# ``ledger.services.tool_rules``). The audit trail reads them beside the runs' events.
+TOOL_RULE_CONFIRMED = "tool_rule.confirmed"
+AGENT_AUDIT_EVENT_TYPES: tuple[str, ...] = (TOOL_RULE_CONFIRMED,)
+
 
 # The sign-in a browser session was opened with, by Django's record of the backend that
 # authenticated it (``_auth_user_backend``): the company's identity provider or a password.

@@ -29,9 +29,9 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from runs.audit import IDENTITY_MAX_LENGTH, VIAS
+from runs.audit import AGENT_AUDIT_EVENT_TYPES, IDENTITY_MAX_LENGTH, VIAS
 from runs.db import postgresql
-from runs.models import Run, RunEvent
+from runs.models import AgentEvent, Run, RunEvent
 
 
 class EventType(StrEnum):
@@ -120,6 +120,17 @@ def append_event(
         )
     _note(run.id, str(type))
     return event
+
+
+def append_agent_event(
+    *, agent: str, type: str, actor: str, payload: dict[str, Any] | None = None
+) -> AgentEvent:
+    """Append an event about ``agent`` as a whole (no run's: its tool rules changed), in the
+    caller's transaction, so the change and its audit row commit together or not at all.
+    ``type`` is one of ``runs.audit.AGENT_AUDIT_EVENT_TYPES``."""
+    if type not in AGENT_AUDIT_EVENT_TYPES:
+        raise ValueError(f"unknown agent event {type!r}")
+    return AgentEvent.objects.create(agent=agent, type=type, actor=actor, payload=payload or {})
 
 
 _BATCH = "_holdpoint_event_batch"

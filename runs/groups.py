@@ -1,4 +1,5 @@
-"""The default groups and the run permissions each holds (created by migration 0002)."""
+"""The default groups and the permissions each holds (created by migration 0002). A bare
+codename is the run store's (``runs``); ``app.codename`` names another app's."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ GROUPS: dict[str, list[str]] = {
         "pause_agent",
         "view_worker",
         "view_audit",
+        # Confirm the rules of the tools an agent calls through the MCP gateway.
+        "ledger.change_toolrule",
     ],
 }
 
@@ -38,7 +41,10 @@ def ensure_default_groups(group_model: Any = None, permission_model: Any = None)
         group_model, permission_model = Group, Permission
     for name, codenames in GROUPS.items():
         group, _ = group_model.objects.get_or_create(name=name)
-        perms = permission_model.objects.filter(
-            content_type__app_label="runs", codename__in=codenames
-        )
-        group.permissions.add(*perms)
+        by_app: dict[str, list[str]] = {}
+        for name_ in codenames:
+            app, _dot, codename = name_.rpartition(".")
+            by_app.setdefault(app or "runs", []).append(codename)
+        for app, names in by_app.items():
+            perms = permission_model.objects.filter(content_type__app_label=app, codename__in=names)
+            group.permissions.add(*perms)

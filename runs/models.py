@@ -194,6 +194,13 @@ class Run(models.Model):
                     history_purged_at__isnull=True,
                 ),
             ),
+            # Serves the operations page's rollup (runs/stats.py ``stats_rollup``): runs
+            # WHERE finished_at >= the first open hour, grouped by hour, agent and outcome.
+            models.Index(
+                fields=["finished_at"],
+                name="run_finished_idx",
+                condition=Q(finished_at__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -305,6 +312,13 @@ class Attempt(models.Model):
                 name="attempt_lost_idx",
                 condition=Q(status=AttemptStatus.LOST),
             ),
+            # Serves the failures rollup (runs/stats.py): attempts WHERE error_class <> ''
+            # AND ended_at >= the first open hour.
+            models.Index(
+                fields=["ended_at"],
+                name="attempt_error_ended_idx",
+                condition=~Q(error_class=""),
+            ),
         ]
         ordering = ["run", "number"]
 
@@ -368,6 +382,13 @@ class InputRequest(models.Model):
                 fields=["kind"],
                 name="request_pending_kind_idx",
                 condition=Q(status=RequestStatus.PENDING),
+            ),
+            # Serves the operations page's expired share (runs/stats.py): WHERE status =
+            # 'expired' AND closed_at >= the window's start.
+            models.Index(
+                fields=["closed_at"],
+                name="request_expired_closed_idx",
+                condition=Q(status=RequestStatus.EXPIRED),
             ),
         ]
 
@@ -540,6 +561,32 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}#{self.seq} {self.type}"
+
+
+class AgentEvent(models.Model):
+    """Append-only history of what people changed about an agent that is no run's: the
+    rules of the tools it calls through the MCP gateway (``ledger.services.tool_rules``).
+    The audit trail (runs/audit_log.py) reads these beside the runs' events. Written by
+    ``runs.events.append_agent_event``, in the transaction of the change it records."""
+
+    agent = models.CharField(max_length=100)
+    type = models.CharField(max_length=60)
+    actor = models.CharField(max_length=200)
+    payload = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            # Serve the audit trail's second source: ORDER BY created_at DESC, id DESC LIMIT
+            # n with its keyset cursor, and the same for one person (``?actor=``).
+            models.Index(fields=["-created_at", "-id"], name="agent_event_audit_idx"),
+            models.Index(
+                fields=["actor", "-created_at", "-id"], name="agent_event_audit_actor_idx"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent} {self.type}"
 
 
 class IdempotencyRecord(models.Model):
@@ -773,3 +820,55 @@ class OidcIdentity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.subject} at {self.issuer}"
+
+
+# --- The operations page's rollups (runs/stats.py) -----------------------------------------
+
+
+class RunHour(models.Model):
+    """Runs that finished in one hour, by agent and outcome: what the operations page counts
+    over a day or a week without reading a million runs (``runs.stats``). Kept by the sweep
+    (``stats_rollup``), which recomputes the open hours from ``Run`` and never edits a run."""
+
+    hour = models.DateTimeField()
+    agent = models.CharField(max_length=100)
+    status = models.CharField(max_length=20)
+    failure_class = models.CharField(max_length=30, blank=True)
+    runs = models.PositiveIntegerField()
+    cost = models.DecimalField(max_digits=20, decimal_places=6, default=Decimal("0"))
+
+    class Meta:
+        indexes = [models.Index(fields=["hour"], name="runhour_hour_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H}h {self.agent} {self.status}: {self.runs}"
+
+
+class FailureHour(models.Model):
+    """Attempts that ended with an error in one hour, by agent, class and fingerprint
+    (``runs.stats``; kept by the sweep like ``RunHour``)."""
+
+    hour = models.DateTimeField()
+    agent = models.CharField(max_length=100)
+    error_class = models.CharField(max_length=30)
+    fingerprint = models.CharField(max_length=64, blank=True)
+    error_type = models.CharField(max_length=200, blank=True)
+    message = models.CharField(max_length=200, blank=True)
+    attempts = models.PositiveIntegerField()
+
+    class Meta:
+        indexes = [models.Index(fields=["hour"], name="failurehour_hour_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H}h {self.agent} {self.error_class}: {self.attempts}"
+
+
+class StatsRollup(models.Model):
+    """How far the rollups are kept (one row): the sweep that takes it ``FOR UPDATE SKIP
+    LOCKED`` recomputes the hours since, so many sweepers never do the work twice."""
+
+    name = models.CharField(max_length=40, primary_key=True)
+    rolled_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.rolled_at}"

@@ -41,6 +41,10 @@ START = "runs.start_run"
 PAUSE_AGENT = "runs.pause_agent"
 VIEW_WORKERS = "runs.view_worker"
 VIEW_AUDIT = "runs.view_audit"
+# The operations page and GET /api/stats (runs/stats.py): who may see the workers sees it.
+VIEW_OPERATIONS = VIEW_WORKERS
+# The ledger's (ledger.models.ToolRule): confirm the rules of an agent's MCP gateway tools.
+CHANGE_TOOL_RULES = "ledger.change_toolrule"
 
 
 # What a person without a permission is told, in words (never the codename): who may.
@@ -57,6 +61,7 @@ PERMISSION_WORDS = {
     PAUSE_AGENT: gettext_lazy("Only operators and admins can pause or unpause an agent."),
     VIEW_WORKERS: gettext_lazy("Only operators and admins can see the workers."),
     VIEW_AUDIT: gettext_lazy("Only admins can export the audit trail."),
+    CHANGE_TOOL_RULES: gettext_lazy("Only admins can confirm the rules of an agent's tools."),
 }
 
 
@@ -140,7 +145,12 @@ def _run_with_related(run_id: str) -> Run | None:
 
 
 def runs_for_user(
-    *, user: Actor, status: str | None = None, agent: str | None = None, q: str | None = None
+    *,
+    user: Actor,
+    status: str | None = None,
+    agent: str | None = None,
+    q: str | None = None,
+    failure_class: str | None = None,
 ) -> QuerySet[Run]:
     if not user.is_authenticated or not user.has_perm(VIEW):
         return Run.objects.none()
@@ -149,6 +159,9 @@ def runs_for_user(
         runs = runs.filter(status=status)
     if agent:
         runs = runs.filter(agent=agent)
+    if failure_class:
+        # The operations page's failures link here (runs/stats.py).
+        runs = runs.filter(failure_class=failure_class)
     if q:
         runs = runs.filter(pk__startswith=q.strip())
     return runs.order_by("-created_at", "-id")
@@ -220,17 +233,23 @@ def approvals_for_person(requests: QuerySet[InputRequest], pk: Any) -> QuerySet[
         .order_by("-answered_at")
         .values("answered_by_id")[:1]
     )
+    # Who started the run, as a scalar subquery (one primary-key lookup per request), not a
+    # join: a join let the planner hash every run to count the pending requests (the nav
+    # badge read a million runs at the growth benchmark's 1M; docs/performance.md).
+    run_starter = Subquery(Run.objects.filter(pk=OuterRef("run_id")).values("created_by_id")[:1])
     # CASE … ELSE FALSE: a run nobody started, or no earlier answer, is never NULL here.
     barred_as_starter = Case(
         When(
-            Q(policy__self_approval=False) & (Q(run__created_by_id=pk) | Q(last_answerer=pk)),
+            Q(policy__self_approval=False) & (Q(run_starter=pk) | Q(last_answerer=pk)),
             then=Value(True),
         ),
         default=Value(False),
         output_field=BooleanField(),
     )
     in_groups = _InPolicyGroups(F("policy"), pk)
-    return requests.alias(last_answerer=last_answerer, barred_as_starter=barred_as_starter).filter(
+    return requests.alias(
+        run_starter=run_starter, last_answerer=last_answerer, barred_as_starter=barred_as_starter
+    ).filter(
         ~Q(kind=RequestKind.AUTH_REQUIRED)
         | (~Exists(decided) & Q(barred_as_starter=False) & Q(in_groups))
     )

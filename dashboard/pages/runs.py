@@ -33,12 +33,20 @@ from dashboard.present import (
     value_rows,
     waiting_text,
 )
+from dashboard.timeline import run_chart
 from runs import services
 from runs.access import Actor
 from runs.agents import all_agent_specs
 from runs.models import Checkpoint, InputRequest, Run
 from runs.selectors import CANCEL, RETRY, run_waiting, runs_for_user, waiting_for_runs
-from runs.states import CANCELLABLE, RETRYABLE, RequestKind, RequestStatus, RunStatus
+from runs.states import (
+    CANCELLABLE,
+    RETRYABLE,
+    FailureClass,
+    RequestKind,
+    RequestStatus,
+    RunStatus,
+)
 
 PAGE_SIZE = 25
 TIMELINE_LIMIT = 500
@@ -52,12 +60,20 @@ def run_list_context(user: Actor, params: Mapping[str, str]) -> dict[str, Any]:
     status = status if status in RunStatus.values else ""
     agent = params.get("agent", "")[:100]
     q = params.get("q", "").strip()[:64]
+    failure_class = params.get("failure_class", "")
+    failure_class = failure_class if failure_class in FailureClass.values else ""
     raw_cursor = params.get("cursor", "")
     cursor = decode_cursor(raw_cursor)
-    scoped = runs_for_user(user=user, agent=agent or None, q=q or None)
+    scoped = runs_for_user(
+        user=user, agent=agent or None, q=q or None, failure_class=failure_class or None
+    )
     counts = {value: _capped_count(scoped.filter(status=value)) for value in RunStatus.values}
     runs = runs_for_user(
-        user=user, status=status or None, agent=agent or None, q=q or None
+        user=user,
+        status=status or None,
+        agent=agent or None,
+        q=q or None,
+        failure_class=failure_class or None,
     ).select_related("current_attempt")
     if cursor is not None:
         when, after_id = cursor
@@ -70,13 +86,19 @@ def run_list_context(user: Actor, params: Mapping[str, str]) -> dict[str, Any]:
     known_agents = {s.name for s in all_agent_specs()} | ({agent} if agent else set())
 
     def url(**changes: str) -> str:
-        params = {"status": status, "agent": agent, "q": q, **changes}
+        params = {
+            "status": status,
+            "agent": agent,
+            "q": q,
+            "failure_class": failure_class,
+            **changes,
+        }
         return "?" + urlencode({k: v for k, v in params.items() if v})
 
     status_tabs = [("", _("All"), _capped_count(scoped), url(status=""))] + [
         (value, label, counts[value], url(status=value)) for value, label in RunStatus.choices
     ]
-    filters = {"status": status, "agent": agent, "q": q}
+    filters = {"status": status, "agent": agent, "q": q, "failure_class": failure_class}
     if cursor is not None:
         filters["cursor"] = raw_cursor
     return {
@@ -84,6 +106,8 @@ def run_list_context(user: Actor, params: Mapping[str, str]) -> dict[str, Any]:
         "status": status,
         "agent": agent,
         "q": q,
+        "failure_class": failure_class,
+        "failure_class_label": FailureClass(failure_class).label if failure_class else "",
         "cursor": cursor,
         "agents": sorted(known_agents),
         "status_tabs": status_tabs,
@@ -212,6 +236,8 @@ def run_shared_context(run: Run, *, timeline: str | None = "") -> dict[str, Any]
         "timeline_filter": timeline or "",
         "timeline_filters": [(k, v[0]) for k, v in TIMELINE_FILTERS.items()],
         "checkpoints": _checkpoint_rows(run),
+        # The run drawn on a time axis: redrawn whole at every push of the run's events.
+        "chart": run_chart(run),
         "input_text": as_text(run.input),
         "input_rows": value_rows(run.input),
         "result_text": as_text(run.result) if run.result is not None else "",

@@ -424,6 +424,30 @@
     openFromHash();
   }
 
+  // --- The run's timeline: pointing at or focusing a mark shows its event under the drawing
+  // (without this file, each mark has its SVG <title> and an accessible name); a click
+  // follows the mark's link to its event in the list, which :target outlines.
+  function chartItem(event) {
+    var target = event.target;
+    return target && target.closest ? target.closest(".run-chart .tl-item") : null;
+  }
+  function showChartItem(item) {
+    var chart = item.closest(".run-chart");
+    var detail = chart && chart.querySelector(".chart-detail");
+    if (!detail) return;
+    chart.querySelectorAll(".tl-item.is-current").forEach(function (el) { el.classList.remove("is-current"); });
+    item.classList.add("is-current");
+    detail.textContent = item.getAttribute("aria-label") || "";
+  }
+  document.addEventListener("focusin", function (event) {
+    var item = chartItem(event);
+    if (item) showChartItem(item);
+  });
+  document.addEventListener("mouseover", function (event) {
+    var item = chartItem(event);
+    if (item) showChartItem(item);
+  });
+
   // --- Live pushes (htmx's ws extension swaps each pushed part in by id, out of band). --------
   // A part whose data-version did not change keeps what the person is doing with it: what
   // they typed into a card or the cancel form, an open dialog. A part with a request of its

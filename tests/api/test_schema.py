@@ -20,6 +20,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from ledger.models import ToolRule
 from runs import services
 from tests.api.conftest import client_for
 from tests.runs.factory import claim, epochs, interrupted, start
@@ -107,9 +108,11 @@ def test_it_finds_no_server_error_in_the_control_api(
         # Declaring an agent is a worker's operation (tests/api/test_worker_protocol.py).
         and result.ok().label != "PUT /api/agents/{name}"
     ]
-    # The control API of runs (11, and 3 to pause a run or an agent), of the ledger (6) and
-    # the audit trail (1).
-    assert len(operations) == 21
+    # The control API of runs (11, and 3 to pause a run or an agent), of the ledger (6), the
+    # audit trail (1), the MCP gateway's tool rules (3) and the operations page's stats (1).
+    assert len(operations) == 25
+    # A tool of the test agent's gateway, so that rule confirmations reach a real row.
+    ToolRule.objects.create(agent="test-agent", server="files", tool="rm", suggested="approve")
     skipped = []
     statuses: dict[str, set[int]] = {}
     for operation in operations:
@@ -132,6 +135,8 @@ def test_it_finds_no_server_error_in_the_control_api(
                 case.path_parameters["run_id"] = run_id
             if known_agent and "name" in (case.path_parameters or {}):
                 case.path_parameters["name"] = "test-agent"
+            if known_agent and "server" in (case.path_parameters or {}):
+                case.path_parameters.update(server="files", tool="rm")
             if known_agent and isinstance(case.body, dict) and "agent" in case.body:
                 case.body["agent"] = "test-agent"
             response = case.call(app=wsgi_app, headers={"Authorization": token})
@@ -156,6 +161,7 @@ def test_it_finds_no_server_error_in_the_control_api(
         [],
         [
             "GET /api/agents",
+            "GET /api/agents/{name}/tool-rules",
             "GET /api/runs/{run_id}",
             "GET /api/runs/{run_id}/attempts",
             "GET /api/runs/{run_id}/checkpoints",

@@ -25,7 +25,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from drf_spectacular.generators import SchemaGenerator
 
-from ledger.models import SideEffect
+from ledger.models import SideEffect, ToolRule
 from runs.models import RunEvent
 from tests.api.conftest import client_for, worker_client
 from tests.ledger.helpers import begin
@@ -53,6 +53,7 @@ class World:
     attempt_id: str
     operation_id: str
     lease: Any
+    tool_rule: int = 0
 
     def ids(self) -> dict[str, str]:
         return {
@@ -61,6 +62,10 @@ class World:
             "attempt_id": self.attempt_id,
             "operation_id": self.operation_id,
             "name": "test-agent",  # an agent's gate: /api/agents/{name}/pause, /agents/…
+            # A tool of its MCP gateway: /api/agents/{name}/tool-rules/{server}/{tool}, …/<pk>.
+            "server": "files",
+            "tool": "rm",
+            "pk": str(self.tool_rule),
         }
 
 
@@ -78,6 +83,9 @@ def world(db: None) -> World:
         attempt_id=lease.attempt_id,
         operation_id=effect.operation_id,
         lease=lease,
+        tool_rule=ToolRule.objects.create(
+            agent="test-agent", server="files", tool="rm", suggested="approve"
+        ).pk,
     )
 
 
@@ -98,7 +106,7 @@ def clients(admin: User) -> dict[str, Any]:
 def principal_for(path: str, method: str = "post") -> str:
     if path.startswith("/api/worker/"):
         return "worker"
-    if method == "put" and path.startswith("/api/agents/"):
+    if method == "put" and path.startswith("/api/agents/") and "/tool-rules/" not in path:
         return "worker"  # Declaring an agent (PUT /api/agents/{name}) takes a worker token.
     return "api" if path.startswith("/api/") else "page"
 

@@ -4,8 +4,8 @@ sessions are runs of the agent ``mcp-files``. Its write tool is gated: an MCP cl
 ``files__write_file`` waits on the inbox for an approval (docs/agents.md, "The MCP
 gateway").
 
-The gateway starts its sessions' runs as the demo operator (an API token made for it here)
-and serves them with the remote demo's worker token.
+An MCP client presents a person's API token (``demo_token``: the demo operator's, printed
+at the start); the gateway serves the sessions' runs with the remote demo's worker token.
 """
 
 from __future__ import annotations
@@ -27,18 +27,25 @@ def mcp_port() -> int:
     return int(os.environ.get("MCP_PORT", "8770"))
 
 
+def demo_token() -> str:
+    """The demo operator's API token: what an MCP client of the demo gateway presents
+    (``Authorization: Bearer …``)."""
+    from rest_framework.authtoken.models import Token
+
+    operator = get_user_model().objects.filter(username="operator").first()
+    if operator is None:
+        return ""
+    return Token.objects.get_or_create(user=operator)[0].key
+
+
 def start_mcp_demo(
     url: str, worker_token: str, env: dict[str, str], log: Path
 ) -> tuple[subprocess.Popen[bytes] | None, str]:
     """Start the gateway; answer the process, or None and why it could not start."""
     if importlib.util.find_spec("mcp") is None:
         return None, "pip install './clients/python[mcp]'"
-    from rest_framework.authtoken.models import Token
-
-    operator = get_user_model().objects.filter(username="operator").first()
-    if operator is None:
+    if not demo_token():
         return None, "the demo accounts are missing"
-    api_token, _ = Token.objects.get_or_create(user=operator)
     var = Path(settings.VAR_DIR)
     config = var / "mcp-gateway.toml"
     command = [sys.executable, "-m", "holdpoint_client.mcp_gateway.demo_server"]
@@ -71,7 +78,6 @@ def start_mcp_demo(
         env={
             **env,
             "HOLDPOINT_WORKER_TOKEN": worker_token,
-            "HOLDPOINT_API_TOKEN": api_token.key,
         },
         stdout=log.open("ab"),
         stderr=subprocess.STDOUT,

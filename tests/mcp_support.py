@@ -28,6 +28,7 @@ class Proc:
     url: str
     proc: subprocess.Popen[bytes]
     log: Path
+    token: str = ""  # a gateway's: the API token its test client presents
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -75,12 +76,13 @@ class Launcher:
         self.started.append(proc)
         return proc
 
-    def gateway(self, down: Proc, *, lookup: bool = True) -> Proc:
+    def gateway(self, down: Proc, *, lookup: bool = True, extra: tuple[str, ...] = ()) -> Proc:
         config = self.tmp / f"gateway-{len(self.started)}.toml"
         lines = [
             f'agent = "{AGENT}"',
             f'holdpoint_url = "{self.holdpoint_url}"',
             "wait_seconds = 3",
+            *extra,
             f"lease_seconds = {self.lease}",
             "[servers.files]",
             f'url = "{down.url}"',
@@ -89,8 +91,9 @@ class Launcher:
         proc = _spawn(
             ["holdpoint_client.mcp_gateway.server", "--config", str(config), "--http"],
             self.tmp / f"gateway-{len(self.started)}.log",
-            {"HOLDPOINT_WORKER_TOKEN": self.worker_token, "HOLDPOINT_API_TOKEN": self.api_token},
+            {"HOLDPOINT_WORKER_TOKEN": self.worker_token},
         )
+        proc.token = self.api_token
         self.started.append(proc)
         return proc
 
@@ -106,14 +109,32 @@ class Launcher:
                 proc.proc.wait(5)
 
 
-def call(url: str, tool: str, arguments: dict[str, Any], session: str, **options: Any) -> Any:
-    """One ``tools/call`` from a fresh client connection; ``_meta["holdpoint/session"]``
-    puts it in the same gateway session (run) as the test's other calls."""
-    import anyio
+def client_for(url: str, token: str) -> Any:
+    """An MCP client of ``url`` that presents ``token`` (``Authorization: Bearer``)."""
+    import httpx2
     from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    return Client(streamable_http_client(url, http_client=http))
+
+
+def call(
+    gateway: Proc,
+    tool: str,
+    arguments: dict[str, Any],
+    session: str,
+    *,
+    token: str | None = None,
+    **options: Any,
+) -> Any:
+    """One ``tools/call`` from a fresh client connection, as the person of ``token`` (the
+    gateway's test person by default); ``_meta["holdpoint/session"]`` puts it in the same
+    gateway session (run) as the test's other calls."""
+    import anyio
 
     async def go() -> Any:
-        async with Client(url) as client:
+        async with client_for(gateway.url, token or gateway.token) as client:
             return await client.call_tool(
                 tool,
                 arguments,
@@ -146,7 +167,8 @@ def writes(files: Path) -> list[dict[str, Any]]:
 
 def run_of(session: str) -> Run:
     def found() -> Run | None:
-        return Run.objects.filter(agent=AGENT, input__session=session).first()
+        # The gateway keys a session by its person too: "<token hash>:<session>".
+        return Run.objects.filter(agent=AGENT, input__session__endswith=f":{session}").first()
 
     return wait_for(found, 30, f"the run of session {session}")
 

@@ -56,7 +56,7 @@ def test_a_gated_mcp_call_is_edited_in_the_browser_and_made_once_through_a_gatew
     login(alice, "alice")
     alice.goto("/")  # the inbox, open before the agent asks
     planned = {"path": "notes.txt", "text": "draft"}
-    first = call(gw.url, "files__write_file", planned, "browser")
+    first = call(gw, "files__write_file", planned, "browser")
     assert status_of(first) == "pending", first
     run = run_of("browser")
     request = settle(

@@ -18,6 +18,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from rest_framework.authtoken.models import Token
 
@@ -67,7 +68,7 @@ def test_a_gated_call_waits_for_approval_and_runs_once_with_the_edit(
 ) -> None:
     gw = gateway(downstream())
     planned = {"path": "notes.txt", "text": "draft"}
-    first = call(gw.url, "files__write_file", planned, "s-edit")
+    first = call(gw, "files__write_file", planned, "s-edit")
     assert first.is_error and status_of(first) == "pending", first
     run = run_of("s-edit")
     card = wait_pending(run.id, "auth_required")
@@ -80,11 +81,11 @@ def test_a_gated_call_waits_for_approval_and_runs_once_with_the_edit(
     answer(run.id, card, {"decision": "approve", "edited": {**planned, "text": "final"}}, approver)
 
     # The same call again joins the decided request: the approved (edited) call's result.
-    second = call(gw.url, "files__write_file", planned, "s-edit")
+    second = call(gw, "files__write_file", planned, "s-edit")
     assert not second.is_error, second
     assert second.structured_content == {"path": "notes.txt", "bytes": 5}
     assert (files / "notes.txt").read_text() == "final"
-    third = call(gw.url, "files__write_file", planned, "s-edit")
+    third = call(gw, "files__write_file", planned, "s-edit")
     assert third.structured_content == second.structured_content
     assert [w["text"] for w in writes(files)] == ["final"]
     [effect] = SideEffect.objects.filter(run_id=run.id)
@@ -102,11 +103,11 @@ def test_a_denied_call_is_refused_to_the_client_and_never_made(
 ) -> None:
     gw = gateway(downstream())
     planned = {"path": "x.txt", "text": "no"}
-    assert status_of(call(gw.url, "files__write_file", planned, "s-deny")) == "pending"
+    assert status_of(call(gw, "files__write_file", planned, "s-deny")) == "pending"
     run = run_of("s-deny")
     card = wait_pending(run.id, "auth_required")
     answer(run.id, card, {"decision": "deny", "comment": "not that file"}, approver)
-    denied = call(gw.url, "files__write_file", planned, "s-deny")
+    denied = call(gw, "files__write_file", planned, "s-deny")
     assert denied.is_error and status_of(denied) == "denied", denied
     assert "not that file" in denied.content[0].text
     assert writes(files) == []
@@ -116,10 +117,10 @@ def test_a_failing_tool_is_recorded_failed_and_the_client_reads_the_error(
     downstream, gateway, approver
 ) -> None:
     gw = gateway(downstream())
-    assert status_of(call(gw.url, "files__fail", {"reason": "disk full"}, "s-fail")) == "pending"
+    assert status_of(call(gw, "files__fail", {"reason": "disk full"}, "s-fail")) == "pending"
     run = run_of("s-fail")
     answer(run.id, wait_pending(run.id, "auth_required"), {"decision": "approve"}, approver)
-    failed = call(gw.url, "files__fail", {"reason": "disk full"}, "s-fail")
+    failed = call(gw, "files__fail", {"reason": "disk full"}, "s-fail")
     assert failed.is_error and "disk full" in failed.content[0].text, failed
     [effect] = SideEffect.objects.filter(run_id=run.id)
     assert effect.status == "failed"
@@ -128,14 +129,14 @@ def test_a_failing_tool_is_recorded_failed_and_the_client_reads_the_error(
 def test_a_cancelled_run_makes_no_more_calls(downstream, gateway, operator, files: Path) -> None:
     gw = gateway(downstream())
     planned = {"path": "c.txt", "text": "later"}
-    assert status_of(call(gw.url, "files__write_file", planned, "s-cancel")) == "pending"
+    assert status_of(call(gw, "files__write_file", planned, "s-cancel")) == "pending"
     run = run_of("s-cancel")
     wait_pending(run.id, "auth_required")
     services.run_cancel(run_id=run.id, user=operator)
     wait_status(run.id, "cancelled")
-    again = call(gw.url, "files__write_file", planned, "s-cancel")
+    again = call(gw, "files__write_file", planned, "s-cancel")
     assert again.is_error and status_of(again) == "cancelled", again
-    other = call(gw.url, "files__read_file", {"path": "c.txt"}, "s-cancel")
+    other = call(gw, "files__read_file", {"path": "c.txt"}, "s-cancel")
     assert other.is_error and status_of(other) == "cancelled", other
     assert writes(files) == []
 
@@ -146,7 +147,7 @@ def _kill_mid_call(downstream, gateway, approver, files: Path, session: str, loo
     down = downstream(slow_write=60)
     gw = gateway(down, lookup=lookup)
     planned = {"path": "k.txt", "text": "once"}
-    assert status_of(call(gw.url, "files__write_file", planned, session)) == "pending"
+    assert status_of(call(gw, "files__write_file", planned, session)) == "pending"
     run = run_of(session)
     answer(run.id, wait_pending(run.id, "auth_required"), {"decision": "approve"}, approver)
     wait_for(lambda: len(writes(files)) == 1, 60, "the downstream write")
@@ -213,7 +214,7 @@ def test_a_client_with_a_progress_token_is_held_with_progress_until_the_decision
 
     def held_call() -> None:
         out["result"] = call(
-            gw.url, "files__write_file", planned, "s-progress", progress_callback=on_progress
+            gw, "files__write_file", planned, "s-progress", progress_callback=on_progress
         )
 
     caller = threading.Thread(target=held_call)
@@ -233,16 +234,16 @@ def test_a_paused_run_refuses_calls_until_it_is_continued(
 ) -> None:
     gw = gateway(downstream())
     first = {"path": "a.txt", "text": "one"}
-    assert status_of(call(gw.url, "files__write_file", first, "s-pause")) == "pending"
+    assert status_of(call(gw, "files__write_file", first, "s-pause")) == "pending"
     run = run_of("s-pause")
     answer(run.id, wait_pending(run.id, "auth_required"), {"decision": "approve"}, approver)
-    assert not call(gw.url, "files__write_file", first, "s-pause").is_error
+    assert not call(gw, "files__write_file", first, "s-pause").is_error
     # The run now waits in step serve for the session's next call: pause it there.
     wait_for(lambda: Run.objects.get(pk=run.id).status == "running", 30, "serve to run")
     services.run_pause(run_id=run.id, reason="look first", user=operator)
     wait_status(run.id, "paused")
     second = {"path": "b.txt", "text": "two"}
-    refused = call(gw.url, "files__write_file", second, "s-pause")
+    refused = call(gw, "files__write_file", second, "s-pause")
     assert refused.is_error and status_of(refused) == "paused", refused
     assert [w["text"] for w in writes(files)] == ["one"]
     request = wait_pending(run.id, "pause")
@@ -250,7 +251,7 @@ def test_a_paused_run_refuses_calls_until_it_is_continued(
         run_id=run.id, request_id=request.id, checkpoint_id=request.checkpoint_id, user=operator
     )
     wait_for(lambda: Run.objects.get(pk=run.id).status == "running", 30, "serve again")
-    assert status_of(call(gw.url, "files__write_file", second, "s-pause")) == "pending"
+    assert status_of(call(gw, "files__write_file", second, "s-pause")) == "pending"
 
 
 def test_over_stdio_a_client_that_starts_the_gateway_is_one_session(
@@ -331,17 +332,138 @@ def test_a_team_rule_holds_the_call_until_the_second_approver_and_it_is_made_onc
     second = _user("bruno", "approver")
     gw = gateway(downstream())
     planned = {"path": "team.txt", "text": "two"}
-    assert status_of(call(gw.url, "files__write_file", planned, "s-team")) == "pending"
+    assert status_of(call(gw, "files__write_file", planned, "s-team")) == "pending"
     run = run_of("s-team")
     card = wait_pending(run.id, "auth_required")
     answer(run.id, card, {"decision": "approve"}, approver)
     card.refresh_from_db()
     assert card.status == "pending"  # one of two
-    assert status_of(call(gw.url, "files__write_file", planned, "s-team")) == "pending"
+    assert status_of(call(gw, "files__write_file", planned, "s-team")) == "pending"
     assert writes(files) == []
     answer(run.id, card, {"decision": "approve"}, second)
-    done = call(gw.url, "files__write_file", planned, "s-team")
+    done = call(gw, "files__write_file", planned, "s-team")
     assert not done.is_error, done
     assert [w["text"] for w in writes(files)] == ["two"]
     [effect] = SideEffect.objects.filter(run_id=run.id)
     assert set(effect.approval["approvers"]) == {"alice", "bruno"}
+
+
+def test_a_client_without_a_holdpoint_token_is_refused_and_nothing_starts(
+    downstream, gateway, viewer, files: Path
+) -> None:
+    gw = gateway(downstream())
+    for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Token x"}):
+        response = httpx.post(
+            gw.url,
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+            headers={"Accept": "application/json, text/event-stream", **headers},
+            timeout=30,
+        )
+        assert response.status_code == 401, response.text
+        assert response.headers["content-type"] == "application/problem+json"
+        assert response.json()["code"] == "not_authenticated"
+    # A person Holdpoint knows but who may not start runs (a viewer): told, nothing runs.
+    viewer_token = Token.objects.create(user=viewer).key
+    refused = call(gw, "files__write_file", {"path": "v", "text": "v"}, "s-v", token=viewer_token)
+    assert refused.is_error and status_of(refused) == "refused", refused
+    assert not Run.objects.filter(agent=AGENT).exists()
+    assert writes(files) == []
+
+
+def test_one_persons_session_name_is_not_anothers(downstream, gateway, approver) -> None:
+    """Two people whose clients name the same session get two runs, each started as its
+    person (so the approval policy knows who asked)."""
+    from tests.conftest import _user
+
+    gw = gateway(downstream())
+    other = _user("otto", "operator")
+    other_token = Token.objects.create(user=other).key
+    planned = {"path": "same.txt", "text": "x"}
+    assert status_of(call(gw, "files__write_file", planned, "shared")) == "pending"
+    assert status_of(call(gw, "files__write_file", planned, "shared", token=other_token)) == (
+        "pending"
+    )
+    runs = list(Run.objects.filter(agent=AGENT).order_by("created_at"))
+    assert len(runs) == 2
+    assert {run.created_by.username for run in runs} == {"olivia", "otto"}
+
+
+def test_a_persons_calls_are_throttled(downstream, launch: Launcher, files: Path) -> None:
+    gw = launch.gateway(launch.downstream(), extra=("calls_per_minute = 2",))
+    answers = [call(gw, "files__read_file", {"path": "none"}, "s-throttle") for _ in range(3)]
+    assert status_of(answers[-1]) == "throttled", answers[-1]
+    assert [status_of(a) for a in answers[:2]] != ["throttled", "throttled"]
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("files__nope", {}),
+        ("nope", {}),
+        ("__write_file", {}),
+        ("files__write_file\u202e", {"path": "a", "text": "b"}),
+        ("files__write_file", {"path": "x" * 70_000, "text": ""}),
+        ("files__write_file", {"path": ["not", "a", "string"], "text": {"deep": [1, 2]}}),
+    ],
+)
+def test_bad_calls_are_refused_in_the_result_and_make_nothing(
+    downstream, gateway, tool: str, arguments: dict[str, Any], files: Path
+) -> None:
+    gw = gateway(downstream())
+    answer_ = call(gw, tool, arguments, "s-fuzz")
+    assert answer_.is_error, answer_
+    assert writes(files) == []
+    assert not SideEffect.objects.exists()
+
+
+def test_the_rules_people_confirm_decide_each_call(downstream, gateway, files: Path) -> None:
+    """The gateway reports the downstream tools (annotations suggest; nothing is in force
+    unconfirmed); a person confirms the suggestions (read_file: pass), then sets
+    write_file to record with a pattern that asks for paths under secrets/. A pass call is
+    made at once and is not in the ledger; a record call is in the ledger and asks nobody;
+    a call the pattern matches waits for an approval."""
+    from ledger.models import ToolRule
+    from ledger.services.tool_rules import tool_rule_confirm, tool_rules_confirm_suggested
+    from tests.conftest import _user
+
+    admin_user = _user("ada", "admin")
+
+    (files / "readme.txt").write_text("hello")
+    gw = gateway(downstream())
+    reported = {rule.tool: rule for rule in ToolRule.objects.filter(agent=AGENT)}
+    assert reported["read_file"].suggested == "pass"
+    assert reported["write_file"].suggested == "approve"
+    assert all(rule.rule is None for rule in reported.values())  # none in force yet
+    assert status_of(call(gw, "files__read_file", {"path": "readme.txt"}, "s-r0")) == "pending"
+
+    tool_rules_confirm_suggested(agent=AGENT, user=admin_user)
+    tool_rule_confirm(
+        agent=AGENT,
+        server="files",
+        tool="write_file",
+        rule="record",
+        patterns=[{"argument": "path", "matches": "secrets/*", "rule": "approve"}],
+        user=admin_user,
+    )
+
+    # The gateway asks for the rules again after 5 s: the read passes from then on.
+    # (Probed in sessions of their own: a probe that still asked holds its session's
+    # later ledger calls behind its approval, as a run's steps go one at a time.)
+    probes = iter(range(100))
+
+    def passes() -> Any:
+        read = call(gw, "files__read_file", {"path": "readme.txt"}, f"s-probe-{next(probes)}")
+        return read if not read.is_error else None
+
+    assert wait_for(passes, 30, "the read to pass").content[0].text == "hello"
+    read = call(gw, "files__read_file", {"path": "readme.txt"}, "s-rules")
+    assert not read.is_error, read
+    recorded = call(gw, "files__write_file", {"path": "log.txt", "text": "r"}, "s-rules")
+    assert not recorded.is_error, recorded
+    run = run_of("s-rules")
+    [effect] = SideEffect.objects.filter(run_id=run.id)  # the read is not in the ledger
+    assert effect.tool == "files__write_file" and effect.status == "confirmed"
+    assert effect.approval is None
+    guarded = call(gw, "files__write_file", {"path": "secrets/k", "text": "s"}, "s-rules")
+    assert status_of(guarded) == "pending", guarded
+    assert [w["path"] for w in writes(files)] == ["log.txt"]

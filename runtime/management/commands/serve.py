@@ -23,7 +23,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from runs.migrated import require_migrated
-from runtime.demo_mcp import mcp_port
+from runtime.demo_mcp import demo_token, mcp_port
 from runtime.demo_receiver import DemoReceiver
 from runtime.demo_remote import RemoteDemo, start_remote_demo
 from runtime.demo_seed import DEMO_ACCOUNTS, DemoDriver, ensure_demo_accounts, seed_demo_runs
@@ -223,7 +223,10 @@ class Command(BaseCommand):
             lines.append(f"  remote demo workers (docs/agents.md): {started}")
             lines += [f"    not started: {kind}: {why}" for kind, why in remote.skipped.items()]
             if "mcp" in remote.processes:
-                lines.append(f"  MCP gateway (agent mcp-files): http://127.0.0.1:{mcp_port()}/mcp")
+                lines.append(
+                    f"  MCP gateway (agent mcp-files): http://127.0.0.1:{mcp_port()}/mcp, "
+                    f"Authorization: Bearer {demo_token()} (the operator's API token)"
+                )
         if password:
             lines += [
                 "  accounts (shown once; change with `python manage.py changepassword NAME`):",

@@ -5,10 +5,12 @@ agent = "files-gateway"            # the Holdpoint agent whose runs the sessions
 holdpoint_url = "http://127.0.0.1:8000"
 # Tokens come from the environment, never from the file:
 #   HOLDPOINT_WORKER_TOKEN  (hpw_…: claims the sessions' attempts, writes the ledger)
-#   HOLDPOINT_API_TOKEN     (a person's or service account's token: starts a run per session)
+#   HOLDPOINT_API_TOKEN     (--stdio only: the person whose session it is; over HTTP each
+#                            client presents its own, Authorization: Bearer <API token>)
 wait_seconds = 20                  # how long a gated call is held open without progress
 progress_wait_seconds = 600        # … and with a progress token (progress every 5 s)
 idle_seconds = 1800                # a session without a call for this long ends its run
+calls_per_minute = 120             # per person
 
 [servers.files]                    # a downstream MCP server, by name
 command = ["python", "-m", "holdpoint_client.mcp_gateway.demo_server", "--root", "files"]
@@ -52,6 +54,7 @@ class Config:
     wait_seconds: float = 20.0
     progress_wait_seconds: float = 600.0
     max_sessions: int = 16
+    calls_per_minute: int = 120
     idle_seconds: float = 1800.0
     lease_seconds: float | None = None
 
@@ -101,10 +104,10 @@ def parse(raw: dict[str, Any], env: Any) -> Config:
         )
     worker_token = env.get("HOLDPOINT_WORKER_TOKEN", "")
     api_token = env.get("HOLDPOINT_API_TOKEN", "")
-    if not worker_token or not api_token:
+    if not worker_token:
         raise ConfigError(
-            "HOLDPOINT_WORKER_TOKEN (hpw_…) and HOLDPOINT_API_TOKEN must be set in the "
-            "environment: the first serves the sessions' runs, the second starts them"
+            "HOLDPOINT_WORKER_TOKEN (hpw_…) must be set in the environment: it serves the "
+            "sessions' runs"
         )
     lease = raw.get("lease_seconds")
     return Config(
@@ -118,6 +121,7 @@ def parse(raw: dict[str, Any], env: Any) -> Config:
         wait_seconds=_number(raw, "wait_seconds", 20.0, 0.0, 3600.0),
         progress_wait_seconds=_number(raw, "progress_wait_seconds", 600.0, 0.0, 86400.0),
         max_sessions=int(_number(raw, "max_sessions", 16, 1, 1000)),
+        calls_per_minute=int(_number(raw, "calls_per_minute", 120, 1, 100_000)),
         idle_seconds=_number(raw, "idle_seconds", 1800.0, 1.0, 7 * 86400.0),
         lease_seconds=_number(raw, "lease_seconds", 0.0, 1.0, 3600.0) if lease else None,
     )

@@ -129,6 +129,7 @@ class Session:
     stopped: str = ""
     serving: bool = False
     finished: bool = False
+    api: Any = None  # the Holdpoint API as the person who started the session
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -308,13 +309,10 @@ class Gateway:
         self.config = config
         self.downstreams = Downstreams(config.servers)
         self.sessions = Sessions()
-        # A person's API token (``Authorization: Token …``) starts the sessions' runs.
-        self.api = Api(
-            config.holdpoint_url,
-            config.api_token,
-            stop=threading.Event(),
-            headers={"Authorization": f"Token {config.api_token}"},
-        )
+        # The people whose clients call, by token: each starts and watches its own runs.
+        self._people: dict[str, Api] = {}
+        self._verified: dict[str, float] = {}
+        self._budgets: dict[str, tuple[float, float]] = {}
         self.worker_api = Api(config.holdpoint_url, config.worker_token, stop=threading.Event())
         self.rules = RuleBook(self._fetch_rules)
         self.worker: Worker | None = None
@@ -532,7 +530,55 @@ class Gateway:
 
     # The MCP side -----------------------------------------------------------------------
 
-    async def session_for(self, key: str, client: str) -> Session:
+    def api_for(self, token: str) -> Api:
+        """The Holdpoint API as the person whose API token a client presented."""
+        api = self._people.get(token)
+        if api is None:
+            api = Api(
+                self.config.holdpoint_url,
+                token,
+                stop=threading.Event(),
+                headers={"Authorization": f"Token {token}"},
+            )
+            self._people[token] = api
+        return api
+
+    async def verify(self, token: str) -> bool:
+        """Whether Holdpoint knows ``token`` (a person's API token): asked at most once a
+        minute per token; a refusal is not remembered, so a new token works at once."""
+        if not token or len(token) > 200:
+            return False
+        if self._verified.get(token, 0.0) > time.monotonic():
+            return True
+        try:
+            await asyncio.to_thread(
+                self.api_for(token).call,
+                "GET",
+                f"/api/runs?agent={self.config.agent}&limit=1",
+                retry_for=5.0,
+            )
+        except (Problem, ServerAway):
+            return False
+        if len(self._verified) > 10_000:
+            self._verified.clear()
+        self._verified[token] = time.monotonic() + 60.0
+        return True
+
+    def allow(self, token: str) -> bool:
+        """A person's calls per minute (``calls_per_minute``), as a token bucket."""
+        rate = self.config.calls_per_minute / 60.0
+        now = time.monotonic()
+        level, at = self._budgets.get(token, (float(self.config.calls_per_minute), now))
+        level = min(float(self.config.calls_per_minute), level + (now - at) * rate)
+        if level < 1.0:
+            self._budgets[token] = (level, now)
+            return False
+        self._budgets[token] = (level - 1.0, now)
+        return True
+
+    async def session_for(self, key: str, client: str, token: str) -> Session:
+        # One person's session name is not another's: the key carries who.
+        key = hashlib.sha256(token.encode()).hexdigest()[:16] + ":" + key
         session = self.sessions.get(key)
         if session is not None:
             return session
@@ -544,14 +590,15 @@ class Gateway:
                 raise RuntimeError("too many sessions")
             self.sessions.starting += 1
             try:
+                api = self.api_for(token)
                 _, run = await asyncio.to_thread(
-                    self.api.call,
+                    api.call,
                     "POST",
                     "/api/runs",
                     {"agent": self.config.agent, "input": {"session": key, "client": client[:100]}},
                     key=f"mcp-session-{self.config.agent}-{key}"[:255],
                 )
-                session = Session(key=key, run_id=run["run_id"])
+                session = Session(key=key, run_id=run["run_id"], api=api)
                 self.sessions.add(session)
             finally:
                 self.sessions.starting -= 1
@@ -586,8 +633,8 @@ class Gateway:
             return _error_result(f"Unknown tool {name!r}.", status="unknown_tool")
         if len(json.dumps(arguments)) > MAX_ARGUMENTS:
             return _error_result("The arguments are too large (64 kB at most).", status="too_large")
-        if not session.stopped:
-            # Nobody may be serving the run (it waits for an approval): is it still on?
+        if session.stopped in ("", "paused") and not session.serving:
+            # Nobody serves the run (it waits for an approval, or is paused): is it on?
             await self._check_run(session)
         if session.stopped in ("cancelled", "paused", "ended"):
             return _error_result(
@@ -651,7 +698,7 @@ class Gateway:
         its approval, say) ends the session: its waiting calls are answered."""
         try:
             _, run = await asyncio.to_thread(
-                self.api.call, "GET", f"/api/runs/{session.run_id}", retry_for=5.0
+                session.api.call, "GET", f"/api/runs/{session.run_id}", retry_for=5.0
             )
         except (Problem, ServerAway):
             return
@@ -659,6 +706,11 @@ class Gateway:
         if status in ("cancelled", "cancel_requested", "failed", "succeeded"):
             session.stopped = "cancelled" if status.startswith("cancel") else "ended"
             self._refuse_waiting(session, f"Run {session.run_id} is {status}: no more calls.")
+        elif status in ("paused", "pause_requested"):
+            # Paused at a step boundary, maybe before serve ran again: no calls for now.
+            session.stopped = "paused"
+        elif session.stopped == "paused":
+            session.stopped = ""  # continued
 
     def _pending_text(self, session: Session, call: Call) -> str:
         if call.request_id:
@@ -668,7 +720,8 @@ class Gateway:
             )
         return f"Waiting for run {session.run_id} to make the call."
 
-    def end_session(self, key: str) -> None:
+    def end_session(self, key: str, token: str) -> None:
+        key = hashlib.sha256(token.encode()).hexdigest()[:16] + ":" + key
         session = self.sessions.get(key)
         if session is not None and not session.stopped:
             logger.info("session %s (run %s) closed by the client", key, session.run_id)

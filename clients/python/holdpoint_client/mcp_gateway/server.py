@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import signal
 from typing import Any
@@ -43,7 +44,55 @@ def session_key(ctx: Any, meta: dict[str, Any], fallback: str) -> str:
     return fallback
 
 
-def build_server(gateway: Gateway, fallback: str) -> Server[Any]:
+def bearer(ctx: Any) -> str:
+    """The API token a Streamable HTTP client presented (the middleware checked it)."""
+    headers = getattr(getattr(ctx, "request", None), "headers", None)
+    value = headers.get("authorization", "") if headers is not None else ""
+    scheme, _, token = value.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+class RequireToken:
+    """ASGI middleware: every Streamable HTTP request carries ``Authorization: Bearer
+    <a Holdpoint API token>`` that Holdpoint accepts, or is answered 401 and goes no
+    further. The token is the person the session's run is started as."""
+
+    def __init__(self, app: Any, gateway: Gateway) -> None:
+        self.app = app
+        self.gateway = gateway
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not await self.gateway.verify(token.strip()):
+            body = json.dumps(
+                {
+                    "type": "about:blank",
+                    "title": "Authentication required",
+                    "status": 401,
+                    "code": "not_authenticated",
+                    "detail": "Send Authorization: Bearer <your Holdpoint API token>.",
+                }
+            ).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 401,
+                    "headers": [
+                        (b"content-type", b"application/problem+json"),
+                        (b"www-authenticate", b'Bearer realm="holdpoint-mcp-gateway"'),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)
+
+
+def build_server(gateway: Gateway, fallback: str, stdio_token: str = "") -> Server[Any]:
     async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
         return await gateway.list_tools()
 
@@ -54,8 +103,15 @@ def build_server(gateway: Gateway, fallback: str) -> Server[Any]:
         with contextlib.suppress(Exception):
             info = ctx.session.client_params
             client = info.client_info.name if info is not None else ""
+        token = stdio_token or bearer(ctx)
+        if not gateway.allow(token):
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text="Too many calls: wait a minute.")],
+                is_error=True,
+                _meta={"holdpoint/status": "throttled"},
+            )
         try:
-            session = await gateway.session_for(key, client or "mcp client")
+            session = await gateway.session_for(key, client or "mcp client", token)
         except Exception as exc:  # noqa: BLE001 - the client is told, in the result
             logger.warning("could not start a run for session %s: %s", key, exc)
             return types.CallToolResult(
@@ -63,14 +119,15 @@ def build_server(gateway: Gateway, fallback: str) -> Server[Any]:
                     types.TextContent(type="text", text=f"Holdpoint refused the session: {exc}")
                 ],
                 is_error=True,
+                _meta={"holdpoint/status": "refused"},
             )
-        token = meta.get("progress_token", meta.get("progressToken"))
+        progress_token = meta.get("progress_token", meta.get("progressToken"))
         progress = None
-        if token is not None:
+        if progress_token is not None:
 
             async def progress(done: float, message: str) -> None:
                 await ctx.session.send_progress_notification(
-                    token, done, None, message, related_request_id=str(ctx.request_id)
+                    progress_token, done, None, message, related_request_id=str(ctx.request_id)
                 )
 
         client_key = meta.get(KEY_META)
@@ -94,10 +151,16 @@ def build_server(gateway: Gateway, fallback: str) -> Server[Any]:
 
 
 async def serve(config_path: str, http: str, stdio: bool) -> None:
-    gateway = Gateway(load(config_path))
+    config = load(config_path)
+    if stdio and not config.api_token:
+        raise ConfigError(
+            "--stdio needs HOLDPOINT_API_TOKEN in the environment: the API token of the "
+            "person whose session it is (over HTTP each client sends its own)"
+        )
+    gateway = Gateway(config)
     await gateway.start()
     fallback = new_session_key()
-    server = build_server(gateway, fallback)
+    server = build_server(gateway, fallback, config.api_token if stdio else "")
     try:
         if stdio:
             from mcp.server.stdio import stdio_server
@@ -112,12 +175,12 @@ async def serve(config_path: str, http: str, stdio: bool) -> None:
                     await server.run(read, write, server.create_initialization_options())
             finally:
                 # The client closed stdin (it gives 2 s before SIGTERM): end the run now.
-                gateway.end_session(fallback)
+                gateway.end_session(fallback, config.api_token)
         else:
             import uvicorn
 
             host, _, port = http.rpartition(":")
-            app = server.streamable_http_app(host=host or "127.0.0.1")
+            app = RequireToken(server.streamable_http_app(host=host or "127.0.0.1"), gateway)
             uv = uvicorn.Server(
                 uvicorn.Config(app, host=host or "127.0.0.1", port=int(port), log_level="warning")
             )

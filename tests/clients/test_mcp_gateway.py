@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -302,7 +303,21 @@ def test_over_stdio_a_client_that_starts_the_gateway_is_one_session(
             seen["second"] = await client.call_tool("files__write_file", planned)
             seen["run"] = run.id
 
-    anyio.run(session)
+    # In a thread of its own, as tests/mcp_support.py's calls: an earlier test of the
+    # session may have left an event loop in this thread.
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            anyio.run(session)
+        except BaseException as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
     assert seen["tools"] == [
         "files__fail",
         "files__find_write",

@@ -19,6 +19,7 @@ from runs.audit_log import AuditFilter, audit_page
 from runs.errors import HoldpointError
 from runs.models import AgentEvent
 from runs.tokens import Serving, serving_for, worker_token_create
+from tests.conftest import _user
 
 pytestmark = pytest.mark.django_db
 
@@ -44,9 +45,8 @@ def gateway(token: str = "gateway", agent: str = AGENT) -> Serving:
 
 
 def admin(name: str = "ada") -> User:
-    user = User.objects.create_user(username=name, password="pw")
-    user.groups.add(Group.objects.get(name="admin"))
-    return user
+    # A transactional test may follow another's flush, which took the groups too.
+    return _user(name, "admin")
 
 
 def state() -> list[tuple[Any, ...]]:

@@ -60,6 +60,7 @@ SEPARATOR = "__"
 MAX_ARGUMENTS = 64 * 1024
 MAX_RESULT = 256 * 1024
 MAX_NOTES = 50
+MAX_CALLS_KEPT = 1000  # calls a session remembers (the ledger remembers them all)
 START_WAIT = 30.0  # how long serve waits for the session of a run being started
 
 # What the downstream server reported during the call the step is making (its thread).
@@ -526,21 +527,24 @@ class Gateway:
         with session.lock:
             pending = [c for c in session.calls.values() if c.result is None]
         for call in pending:
-            call.finish(_dump(_error_result(text, status="stopped")))
+            call.finish(_dump(_error_result(text, status=session.stopped or "stopped")))
 
     # The MCP side -----------------------------------------------------------------------
 
+    def _person_api(self, token: str) -> Api:
+        return Api(
+            self.config.holdpoint_url,
+            token,
+            stop=threading.Event(),
+            headers={"Authorization": f"Token {token}"},
+        )
+
     def api_for(self, token: str) -> Api:
-        """The Holdpoint API as the person whose API token a client presented."""
+        """The Holdpoint API as the person whose API token a client presented (kept for
+        tokens Holdpoint accepted only)."""
         api = self._people.get(token)
         if api is None:
-            api = Api(
-                self.config.holdpoint_url,
-                token,
-                stop=threading.Event(),
-                headers={"Authorization": f"Token {token}"},
-            )
-            self._people[token] = api
+            api = self._people[token] = self._person_api(token)
         return api
 
     async def verify(self, token: str) -> bool:
@@ -550,17 +554,19 @@ class Gateway:
             return False
         if self._verified.get(token, 0.0) > time.monotonic():
             return True
+        known = token in self._people
+        api = self._people[token] if known else self._person_api(token)
         try:
             await asyncio.to_thread(
-                self.api_for(token).call,
-                "GET",
-                f"/api/runs?agent={self.config.agent}&limit=1",
-                retry_for=5.0,
+                api.call, "GET", f"/api/runs?agent={self.config.agent}&limit=1", retry_for=5.0
             )
         except (Problem, ServerAway):
+            if not known:
+                api.close()  # nothing is kept for a token Holdpoint refused
             return False
         if len(self._verified) > 10_000:
             self._verified.clear()
+        self._people.setdefault(token, api)
         self._verified[token] = time.monotonic() + 60.0
         return True
 
@@ -654,6 +660,13 @@ class Gateway:
             call = session.calls.get(key)
             joined = call is not None
             if call is None:
+                if len(session.calls) >= MAX_CALLS_KEPT:
+                    # Forget the oldest finished calls: a repeat of one is made again as the
+                    # same step key, which the ledger answers with the recorded result.
+                    for old in [k for k, c in session.calls.items() if c.result is not None][
+                        : MAX_CALLS_KEPT // 2
+                    ]:
+                        del session.calls[old]
                 call = Call(
                     key=key,
                     server=server,

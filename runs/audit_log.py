@@ -86,12 +86,9 @@ def actor_of(name: str) -> str:
     return name if ":" in name or name in BARE_ACTORS else f"user:{name}"
 
 
-def audit_events(where: AuditFilter, *, before: Key | None = None) -> QuerySet[RunEvent]:
-    """The runs' events of the trail under ``where``, newest first, older than ``before``."""
-    # The type list is the partial indexes' condition: with it the planner may use them.
-    if where.type in AGENT_AUDIT_EVENT_TYPES:
-        return RunEvent.objects.none()
-    events = RunEvent.objects.filter(type__in=AUDIT_EVENT_TYPES)
+def _filtered(events: QuerySet[Any], where: AuditFilter) -> QuerySet[Any]:
+    """``events`` (runs' or agents') narrowed by the filters both kinds share: type,
+    time window and actor."""
     if where.type:
         events = events.filter(type=where.type)
     if where.since is not None:
@@ -100,6 +97,15 @@ def audit_events(where: AuditFilter, *, before: Key | None = None) -> QuerySet[R
         events = events.filter(created_at__lt=where.until)
     if where.actor:
         events = events.filter(actor=actor_of(where.actor))
+    return events
+
+
+def audit_events(where: AuditFilter, *, before: Key | None = None) -> QuerySet[RunEvent]:
+    """The runs' events of the trail under ``where``, newest first, older than ``before``."""
+    # The type list is the partial indexes' condition: with it the planner may use them.
+    if where.type in AGENT_AUDIT_EVENT_TYPES:
+        return RunEvent.objects.none()
+    events = _filtered(RunEvent.objects.filter(type__in=AUDIT_EVENT_TYPES), where)
     if where.run_id:
         events = events.filter(run_id=where.run_id)
     if before is not None:
@@ -112,15 +118,7 @@ def agent_audit_events(where: AuditFilter, *, before: Key | None = None) -> Quer
     none when ``where`` asks for one run (they belong to no run) or a run's event type."""
     if where.run_id or (where.type and where.type not in AGENT_AUDIT_EVENT_TYPES):
         return AgentEvent.objects.none()
-    events = AgentEvent.objects.all()
-    if where.type:
-        events = events.filter(type=where.type)
-    if where.since is not None:
-        events = events.filter(created_at__gte=where.since)
-    if where.until is not None:
-        events = events.filter(created_at__lt=where.until)
-    if where.actor:
-        events = events.filter(actor=actor_of(where.actor))
+    events = _filtered(AgentEvent.objects.all(), where)
     if before is not None:
         events = events.filter(_older(before, AGENT_SOURCE))
     return events.order_by("-created_at", "-id")
